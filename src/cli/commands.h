@@ -1,0 +1,14 @@
+// Each `tern` subcommand registers itself on the CLI11 app; main() runs the one chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tern::cli {
+
+// A registered command returns the process exit code when run.
+using Runner = std::function<int()>;
+
+
+}  // namespace tern::cli
