@@ -10,5 +10,9 @@ namespace tern::cli {
 // A registered command returns the process exit code when run.
 using Runner = std::function<int()>;
 
+Runner add_make_dummy(CLI::App& app);
+Runner add_convert(CLI::App& app);
+Runner add_score(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 }  // namespace tern::cli

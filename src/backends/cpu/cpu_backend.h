@@ -1,0 +1,35 @@
+// The CPU backend: the reference forward pass every other backend is tested
+// against. fp32 activations, weights expanded a row block at a time,
+// multithreaded over the global thread pool.
+#pragma once
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/gdn.h"
+#include "engine/backend.h"
+
+namespace tern {
+
+class CpuSequence : public Sequence {
+ public:
+  explicit CpuSequence(const ModelConfig& c);
+  std::vector<cpu::GdnState> gdn;  // per layer (empty for attention layers)
+  std::vector<cpu::KvCache> kv;    // per layer (empty for linear layers)
+  friend class CpuBackend;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(std::shared_ptr<const ModelWeights> w,
+                      cpu::DeltaForm form = cpu::DeltaForm::automatic);
+  std::unique_ptr<Sequence> new_sequence() override;
+  void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
+               std::vector<float>& logits) override;
+  const ModelConfig& config() const override { return w_->cfg; }
+  std::string name() const override { return "cpu"; }
+
+ private:
+  std::shared_ptr<const ModelWeights> w_;
+  cpu::DeltaForm form_;
+};
+
+}  // namespace tern

@@ -1,0 +1,94 @@
+// tern run: stream a completion from a prompt (greedy by default) and report speed.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
+
+namespace tern::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model, prompt, backend = "cpu", weights = "q4";
+  std::vector<int32_t> prompt_ids;
+  int max_tokens = 64;
+  int64_t chunk = 512;
+  bool ignore_eos = false;
+  SamplingParams sampling;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int run_generation(const RunOptions& o) {
+  if (o.prompt_ids.empty()) fail("give the prompt as --prompt-ids (token ids)");
+  auto weights = load_model(o.model, weight_mode_from_name(o.weights));
+  auto backend = make_backend(o.backend, weights);
+  const ModelConfig& c = backend->config();
+  Sampler sampler(o.sampling);
+  auto seq = backend->new_sequence();
+  std::vector<int32_t> history = o.prompt_ids;
+  std::vector<float> logits;
+
+  const auto t0 = Clock::now();
+  for (size_t s = 0; s < history.size(); s += size_t(o.chunk)) {
+    const size_t m = std::min(history.size() - s, size_t(o.chunk));
+    backend->forward(*seq, std::span(history).subspan(s, m), Logits::last, logits);
+  }
+  const double prefill_s = seconds_since(t0);
+
+  const auto t1 = Clock::now();
+  int generated = 0;
+  for (; generated < o.max_tokens; ++generated) {
+    const int32_t next = sampler.sample(logits, history);
+    history.push_back(next);
+    std::printf("%d ", next);
+    std::fflush(stdout);
+    const bool stop = std::count(c.eos_ids.begin(), c.eos_ids.end(), next) > 0;
+    if ((stop && !o.ignore_eos) || generated + 1 == o.max_tokens) {
+      ++generated;
+      break;
+    }
+    backend->forward(*seq, std::span(&history.back(), 1), Logits::last, logits);
+  }
+  const double decode_s = seconds_since(t1);
+  std::printf("\n");
+  std::fprintf(stderr, "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
+               o.prompt_ids.size(), prefill_s, double(o.prompt_ids.size()) / prefill_s, generated,
+               decode_s, generated / std::max(decode_s, 1e-9));
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Generate a completion for a prompt");
+  auto o = std::make_shared<RunOptions>();
+  cmd->add_option("--model", o->model, "Checkpoint folder")->required();
+  cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids")->delimiter(',');
+  cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--weights", o->weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
+  cmd->add_option("--chunk", o->chunk, "Prefill chunk size")->check(CLI::PositiveNumber);
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
+  cmd->add_option("--temperature", o->sampling.temperature, "0: greedy");
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass");
+  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the best");
+  cmd->add_option("--repetition-penalty", o->sampling.repetition_penalty, "1: off");
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "0: off");
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "0: off");
+  cmd->add_option("--seed", o->sampling.seed, "Sampling seed");
+  return [o] { return run_generation(*o); };
+}
+
+}  // namespace tern::cli

@@ -1,0 +1,78 @@
+// tern score: teacher-forced logits of a token sequence, optionally compared
+// with reference logits (one JSON line of agreement metrics).
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "engine/score.h"
+
+namespace tern::cli {
+
+namespace {
+
+struct ScoreOptions {
+  std::string model, tokens, out, backend = "cpu", weights = "q4", reference;
+  int64_t chunk = 0;
+};
+
+std::vector<int32_t> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open token file {}", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+  if (!j.is_array() || j.empty()) fail("{}: expected a non-empty JSON array of token ids", path);
+  std::vector<int32_t> ids;
+  for (const auto& x : j) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+      fail("{}: token ids must be non-negative integers, got {}", path, x.dump());
+    ids.push_back(x.get<int32_t>());
+  }
+  return ids;
+}
+
+int run_score(const ScoreOptions& o) {
+  std::vector<int32_t> tokens = read_token_file(o.tokens);
+  auto weights = load_model(o.model, weight_mode_from_name(o.weights));
+  auto backend = make_backend(o.backend, weights);
+  std::vector<float> logits = score_tokens(*backend, tokens, o.chunk);
+  const size_t n = tokens.size(), V = size_t(backend->config().vocab);
+  write_npy_f32(o.out, {n, V}, logits.data());
+  if (!o.reference.empty()) {
+    NpyArray ref = read_npy_f32(o.reference);
+    if (ref.shape != std::vector<size_t>{n, V})
+      fail("{}: reference logits have shape ({}), expected ({}, {})", o.reference,
+           fmt::join(ref.shape, ", "), n, V);
+    ScoreReport r = compare_logits(logits.data(), ref.data.data(), int64_t(n), int64_t(V), tokens);
+    nlohmann::json j = {{"positions", r.positions},       {"top1_agreement", r.top1_agreement},
+                        {"mean_kl", r.mean_kl},           {"max_abs_diff", r.max_abs_diff},
+                        {"ppl", r.ppl},                   {"ppl_reference", r.ppl_reference},
+                        {"ppl_ratio", r.ppl_ratio}};
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_score(CLI::App& app) {
+  auto* cmd = app.add_subcommand("score", "Teacher-forced logits of a token sequence (.npy)");
+  auto o = std::make_shared<ScoreOptions>();
+  cmd->add_option("--model", o->model, "Checkpoint folder")->required();
+  cmd->add_option("--tokens", o->tokens, "JSON array of token ids")->required();
+  cmd->add_option("--out", o->out, "Output .npy, float32 [n_tokens, vocab]")->required();
+  cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--weights", o->weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
+  cmd->add_option("--chunk", o->chunk, "Prefill chunk size (0: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--reference", o->reference, "Reference logits .npy to compare with");
+  return [o] { return run_score(*o); };
+}
+
+}  // namespace tern::cli

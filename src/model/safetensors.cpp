@@ -1,0 +1,215 @@
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+
+namespace tern {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::f32: return "F32";
+    case DType::u32: return "U32";
+    case DType::other: break;
+  }
+  return "other";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::f32:
+    case DType::u32: return 4;
+    case DType::other: break;
+  }
+  return 0;
+}
+
+DType dtype_from_name(const std::string& s) {
+  if (s == "BF16") return DType::bf16;
+  if (s == "F16") return DType::f16;
+  if (s == "F32") return DType::f32;
+  if (s == "U32") return DType::u32;
+  return DType::other;
+}
+
+// Sizes of the safetensors dtypes tern does not compute with, so that their
+// byte ranges can still be checked (vision tensors, say, may use them).
+static size_t other_dtype_size(const std::string& s) {
+  if (s == "F64" || s == "I64" || s == "U64") return 8;
+  if (s == "I32") return 4;
+  if (s == "I16" || s == "U16") return 2;
+  if (s == "I8" || s == "U8" || s == "BOOL" || s == "F8_E4M3" || s == "F8_E5M2") return 1;
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string TensorView::shape_str() const { return shape_to_string(shape); }
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot open checkpoint file {}", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail("cannot stat {}", path);
+  }
+  size_ = size_t(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    fail("{}: truncated safetensors file ({} bytes, no header)", path, size_);
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail("cannot mmap {}", path);
+  }
+  const auto* base = static_cast<const uint8_t*>(map_);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, base, 8);
+  if (header_len > size_ - 8)
+    fail("{}: truncated safetensors file: header of {} bytes but the file has {}", path,
+         header_len, size_);
+  json header;
+  try {
+    header = json::parse(base + 8, base + 8 + header_len);
+  } catch (const json::exception& e) {
+    fail("{}: bad safetensors header JSON: {}", path, e.what());
+  }
+  if (!header.is_object()) fail("{}: safetensors header is not a JSON object", path);
+  const uint8_t* data = base + 8 + header_len;
+  const size_t data_size = size_ - 8 - header_len;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const json& e = it.value();
+    const std::string& name = it.key();
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
+        !e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+      fail("{}: tensor {}: header entry needs dtype, shape and two data_offsets", path, name);
+    TensorView v;
+    v.name = name;
+    v.file = path;
+    v.dtype_str = e["dtype"].get<std::string>();
+    v.dtype = dtype_from_name(v.dtype_str);
+    for (const json& d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        fail("{}: tensor {}: bad shape {}", path, name, e["shape"].dump());
+      v.shape.push_back(d.get<int64_t>());
+    }
+    const json& off = e["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail("{}: tensor {}: data_offsets must be non-negative integers", path, name);
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      fail("{}: tensor {}: data_offsets [{}, {}] lie outside the file's {} data bytes "
+           "(truncated file?)",
+           path, name, begin, end, data_size);
+    size_t esize = v.dtype != DType::other ? dtype_size(v.dtype) : other_dtype_size(v.dtype_str);
+    if (esize == 0) fail("{}: tensor {}: unknown dtype '{}'", path, name, v.dtype_str);
+    if (uint64_t(v.numel()) * esize != end - begin)
+      fail("{}: tensor {}: shape {} of {} needs {} bytes but data_offsets span {}", path, name,
+           v.shape_str(), v.dtype_str, uint64_t(v.numel()) * esize, end - begin);
+    v.data = data + begin;
+    v.nbytes = end - begin;
+    if (reinterpret_cast<uintptr_t>(v.data) % esize != 0)
+      fail("{}: tensor {}: data is not aligned to its {}-byte elements", path, name, esize);
+    tensors_.emplace(name, std::move(v));
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
+  if (!fs::is_directory(dir)) fail("checkpoint folder {} does not exist", dir);
+  fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> expected;  // tensor -> shard, from the index
+  if (fs::exists(index_path)) {
+    std::ifstream in(index_path);
+    json idx;
+    try {
+      idx = json::parse(in);
+    } catch (const json::exception& e) {
+      fail("{}: invalid JSON: {}", index_path.string(), e.what());
+    }
+    if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail("{}: missing 'weight_map' object", index_path.string());
+    std::set<std::string> seen;
+    for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
+      if (!it.value().is_string())
+        fail("{}: weight_map entry for {} is not a file name", index_path.string(), it.key());
+      std::string shard = it.value().get<std::string>();
+      if (shard.find('/') != std::string::npos)
+        fail("{}: shard name '{}' must be a plain file name", index_path.string(), shard);
+      expected[it.key()] = shard;
+      if (seen.insert(shard).second) shards.push_back(shard);
+    }
+  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+    shards.push_back("model.safetensors");
+  } else {
+    fail("{}: no model.safetensors or model.safetensors.index.json", dir);
+  }
+  for (const std::string& shard : shards) {
+    fs::path p = fs::path(dir) / shard;
+    if (!fs::exists(p)) fail("{}: shard {} listed in the index is missing", dir, shard);
+    files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    for (const auto& [name, view] : files_.back()->tensors()) {
+      if (!index_.emplace(name, &view).second)
+        fail("{}: tensor {} appears in more than one shard", dir, name);
+    }
+  }
+  for (const auto& [name, shard] : expected) {
+    auto it = index_.find(name);
+    if (it == index_.end())
+      fail("{}: the index puts tensor {} in {}, but that file does not hold it", dir, name, shard);
+  }
+}
+
+const TensorView* TensorStore::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+const TensorView& TensorStore::get(const std::string& name) const {
+  const TensorView* v = find(name);
+  if (!v) fail("{}: missing tensor {}", dir_, name);
+  return *v;
+}
+
+std::vector<std::string> TensorStore::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : index_) out.push_back(kv.first);
+  return out;
+}
+
+}  // namespace tern

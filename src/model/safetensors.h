@@ -1,0 +1,71 @@
+// Read-only access to safetensors checkpoints through mmap: one file, or a
+// sharded set listed by model.safetensors.index.json. Every header is checked
+// (JSON, dtypes, shapes against byte ranges, ranges inside the file) and every
+// problem is an error naming the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tern {
+
+enum class DType { bf16, f16, f32, u32, other };
+
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);  // 0 for `other`
+DType dtype_from_name(const std::string& s);
+
+struct TensorView {
+  std::string name;
+  std::string file;
+  DType dtype = DType::other;
+  std::string dtype_str;  // as written in the file
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+
+  int64_t numel() const;
+  std::string shape_str() const;
+};
+
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
+// One mmap-ed safetensors file.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// All tensors of a checkpoint folder.
+class TensorStore {
+ public:
+  explicit TensorStore(const std::string& dir);
+
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  const TensorView& get(const std::string& name) const;
+  const TensorView* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+};
+
+}  // namespace tern
