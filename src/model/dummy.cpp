@@ -44,7 +44,9 @@ void RandomSource::rows(const LogicalTensor& t, int64_t r0, int64_t n, float* ou
       const float z = fast_normal(bits);
       const float u = float(bits >> 40) * (1.0f / 16777216.0f);
       switch (t.role) {
-        case Role::norm_1p: o[j] = 1.0f + round_bf16(0.1f * z); break;
+        // 1 + w exact in bf16 (so is w): the MLX file, which stores 1 + w, holds
+        // the same function as the Hugging Face file, which stores w.
+        case Role::norm_1p: o[j] = round_bf16(1.0f + 0.1f * z); break;
         case Role::gated_norm: o[j] = round_bf16(1.0f + 0.1f * z); break;
         case Role::conv: o[j] = round_bf16(0.5f * z); break;
         case Role::a_log: o[j] = std::log(1.0f + 15.0f * u); break;

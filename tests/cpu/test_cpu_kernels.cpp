@@ -1,0 +1,141 @@
+// The CPU kernels against plain double-precision references on fresh random
+// inputs: matmul over packed weights, the two delta-rule forms, RoPE, routing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/gdn.h"
+#include "backends/cpu/moe.h"
+#include "backends/cpu/ops.h"
+#include "core/bf16.h"
+#include "test_util.h"
+
+namespace tern::cpu {
+
+TEST(CpuMatmul, MatchesDoubleReferenceForEachFormat) {
+  const int64_t rows = 37, cols = 192, T = 5;
+  std::vector<float> w = test::random_vector(size_t(rows * cols), 1, 0.1f);
+  std::vector<uint16_t> dense(w.size());
+  for (size_t i = 0; i < w.size(); ++i) dense[i] = f32_to_bf16(w[i]);
+  QTensor d;
+  d.rows = rows;
+  d.cols = cols;
+  d.data = reinterpret_cast<const uint8_t*>(dense.data());
+  QuantBuffer q4 = quantize_matrix(d, 4, 64), q8 = quantize_matrix(d, 8, 64);
+  std::vector<float> x = test::random_vector(size_t(T * cols), 2);
+  for (QTensor m : {d, q4.view(rows, cols, 4, 64), q8.view(rows, cols, 8, 64)}) {
+    std::vector<float> y(size_t(T * rows)), row(static_cast<size_t>(cols));
+    matmul(m, x.data(), T, y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      m.dequant_row(r, row.data());
+      for (int64_t t = 0; t < T; ++t) {
+        double ref = 0;
+        for (int64_t i = 0; i < cols; ++i) ref += double(row[size_t(i)]) * x[size_t(t * cols + i)];
+        EXPECT_NEAR(y[size_t(t * rows + r)], ref, 1e-4 * (1 + std::abs(ref)));
+      }
+    }
+  }
+}
+
+namespace {
+
+struct DeltaInputs {
+  std::vector<float> q, k, v, g, beta;
+};
+
+DeltaInputs delta_inputs(int64_t T, int dk, int dv, uint64_t seed) {
+  DeltaInputs in{test::random_vector(size_t(T * dk), seed), test::random_vector(size_t(T * dk), seed + 1),
+                 test::random_vector(size_t(T * dv), seed + 2), test::random_vector(size_t(T), seed + 3),
+                 test::random_vector(size_t(T), seed + 4)};
+  for (int64_t t = 0; t < T; ++t) {
+    for (auto* x : {&in.q, &in.k}) {
+      double ss = 0;
+      for (int i = 0; i < dk; ++i) ss += std::pow((*x)[size_t(t * dk + i)], 2);
+      for (int i = 0; i < dk; ++i) (*x)[size_t(t * dk + i)] /= float(std::sqrt(ss));
+    }
+    in.g[size_t(t)] = -std::abs(in.g[size_t(t)]) * 0.5f;  // log-decay <= 0
+    in.beta[size_t(t)] = sigmoid(in.beta[size_t(t)]);
+  }
+  return in;
+}
+
+// The delta rule exactly as MODEL.md §2.4 writes it, in double.
+std::vector<double> delta_reference(const DeltaInputs& in, int64_t T, int dk, int dv,
+                                    std::vector<double>& S) {
+  std::vector<double> o(size_t(T * dv));
+  for (int64_t t = 0; t < T; ++t) {
+    const double alpha = std::exp(double(in.g[size_t(t)]));
+    for (double& s : S) s *= alpha;
+    for (int j = 0; j < dv; ++j) {
+      double r = 0;
+      for (int i = 0; i < dk; ++i) r += S[size_t(i * dv + j)] * in.k[size_t(t * dk + i)];
+      const double u = in.beta[size_t(t)] * (in.v[size_t(t * dv + j)] - r);
+      for (int i = 0; i < dk; ++i) S[size_t(i * dv + j)] += in.k[size_t(t * dk + i)] * u;
+    }
+    for (int j = 0; j < dv; ++j)
+      for (int i = 0; i < dk; ++i)
+        o[size_t(t * dv + j)] += S[size_t(i * dv + j)] * in.q[size_t(t * dk + i)];
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST(CpuDeltaRule, RecurrentAndChunkedMatchReference) {
+  const int dk = 128, dv = 128;
+  for (int64_t T : {1, 5, 64, 65, 150}) {
+    DeltaInputs in = delta_inputs(T, dk, dv, uint64_t(T));
+    std::vector<float> S0 = test::random_vector(size_t(dk * dv), 99, 0.1f);
+    std::vector<double> Sref(S0.begin(), S0.end());
+    std::vector<double> ref = delta_reference(in, T, dk, dv, Sref);
+    for (bool chunked : {false, true}) {
+      std::vector<float> S = S0, o(size_t(T * dv));
+      if (chunked)
+        delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                           dk, dv, S.data(), o.data(), 16);
+      else
+        delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                             T, dk, dv, S.data(), o.data());
+      double err = 0, scale = 0;
+      for (size_t i = 0; i < o.size(); ++i) {
+        err = std::max(err, std::abs(o[i] - ref[i]));
+        scale = std::max(scale, std::abs(ref[i]));
+      }
+      for (size_t i = 0; i < S.size(); ++i) err = std::max(err, std::abs(S[i] - Sref[i]));
+      EXPECT_LT(err, 1e-4 * (1 + scale)) << "T=" << T << (chunked ? " chunked" : " recurrent");
+    }
+  }
+}
+
+TEST(CpuRope, RotatesPairsHalfApartAndKeepsTheRest) {
+  std::vector<float> x = test::random_vector(256, 5), y = x;
+  const int64_t pos = 1234;
+  apply_rope(y.data(), 64, 1e7f, pos);
+  for (int i = 0; i < 32; ++i) {
+    const double th = double(pos) * std::pow(1e7, -double(2 * i) / 64);
+    EXPECT_NEAR(y[size_t(i)], x[size_t(i)] * std::cos(th) - x[size_t(i + 32)] * std::sin(th), 2e-3);
+    EXPECT_NEAR(y[size_t(i + 32)], x[size_t(i + 32)] * std::cos(th) + x[size_t(i)] * std::sin(th),
+                2e-3);
+  }
+  for (int i = 64; i < 256; ++i) EXPECT_EQ(y[size_t(i)], x[size_t(i)]);
+}
+
+TEST(CpuMoe, RouteIsSoftmaxTopKRenormalised) {
+  std::vector<float> logits = test::random_vector(256, 8, 2.0f);
+  Route r = route_token(logits.data(), 256, 8, true);
+  std::vector<int> order(256);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  double total = 0;
+  for (int i = 0; i < 8; ++i) total += std::exp(double(logits[size_t(order[size_t(i)])]));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(r.experts[size_t(i)], order[size_t(i)]);
+    EXPECT_NEAR(r.weights[size_t(i)], std::exp(double(logits[size_t(order[size_t(i)])])) / total, 1e-6);
+  }
+  Route raw = route_token(logits.data(), 256, 8, false);
+  EXPECT_LT(std::accumulate(raw.weights.begin(), raw.weights.end(), 0.0f), 1.0f);
+}
+
+}  // namespace tern::cpu

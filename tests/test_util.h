@@ -1,0 +1,59 @@
+// Helpers shared by the tests: scratch folders, tiny checkpoints, comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/dummy.h"
+
+namespace tern::test {
+
+// A fresh empty folder under the test temp dir.
+inline std::string scratch_dir(const std::string& name) {
+  auto p = std::filesystem::path(testing::TempDir()) / ("tern_" + name);
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+// A tiny random checkpoint (written once per process and name).
+inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
+  const std::string name = std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") +
+                           std::to_string(seed);
+  auto p = std::filesystem::path(testing::TempDir()) / ("tern_ckpt_" + name);
+  if (!std::filesystem::exists(p / "config.json")) {
+    DummyOptions o;
+    o.preset = "tiny";
+    o.layout = layout;
+    o.seed = seed;
+    o.out_dir = p.string();
+    make_dummy(o);
+  }
+  return p.string();
+}
+
+inline std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f) {
+  CounterRng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.normal() * scale;
+  return v;
+}
+
+inline float max_abs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace tern::test

@@ -1,0 +1,188 @@
+// Broken checkpoints: every failure mode of the safetensors reader and the
+// layout loader is a tern::Error that names the file and the tensor.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+#include "model/safetensors_writer.h"
+#include "model/weights.h"
+#include "test_util.h"
+
+namespace tern {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_raw(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::ofstream f(path, std::ios::binary);
+  uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header;
+  f << std::string(data_bytes, '\0');
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR_HAS(expr, text) \
+  EXPECT_NE(error_of([&] { expr; }).find(text), std::string::npos) << error_of([&] { expr; })
+
+// Copies a checkpoint, letting `edit` replace each tensor by zero or more.
+using Edit = std::function<std::vector<PlannedTensor>(const TensorView&)>;
+
+std::string rewrite(const std::string& src, const std::string& name, const Edit& edit) {
+  const std::string dst = test::scratch_dir(name);
+  fs::copy_file(fs::path(src) / "config.json", fs::path(dst) / "config.json");
+  TensorStore st(src);
+  std::vector<PlannedTensor> out;
+  for (const std::string& n : st.names())
+    for (PlannedTensor& p : edit(st.get(n))) out.push_back(std::move(p));
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.dtype) > dtype_size(b.dtype);
+  });
+  write_safetensors(dst, std::move(out), size_t(1) << 40);
+  return dst;
+}
+
+PlannedTensor copy_of(const TensorView& v, std::string new_name = "") {
+  return {new_name.empty() ? v.name : new_name, v.dtype, v.shape,
+          [&v](uint8_t* d) { std::memcpy(d, v.data, v.nbytes); }};
+}
+
+const char* kQProj = "model.language_model.layers.3.self_attn.q_proj.weight";
+
+}  // namespace
+
+TEST(Safetensors, BadFiles) {
+  const std::string d = test::scratch_dir("bad_st");
+  const std::string f = d + "/model.safetensors";
+  std::ofstream(f) << "abc";
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "truncated safetensors file (3 bytes");
+  write_raw(f, "{}", 0);
+  std::filesystem::resize_file(f, 6);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "truncated");
+  std::ofstream(f, std::ios::binary) << std::string("\xff\x00\x00\x00\x00\x00\x00\x00", 8) << "{}";
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "header of 255 bytes");
+  write_raw(f, "{not json", 0);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "bad safetensors header JSON");
+  write_raw(f, R"({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})", 4);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "tensor w: data_offsets [0, 8] lie outside");
+  write_raw(f, R"({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 8]}})", 8);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "needs 12 bytes but data_offsets span 8");
+  write_raw(f, R"({"w": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 2]}})", 2);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "unknown dtype 'Q9'");
+  write_raw(f, R"({"w": {"dtype": "BF16", "shape": [2]}})", 4);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "tensor w: header entry needs");
+  write_raw(f, R"({"w": {"dtype": "BF16", "shape": [-2], "data_offsets": [0, 4]}})", 4);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "bad shape");
+  write_raw(f, R"({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
+                  "w": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 6);
+  EXPECT_ERROR_HAS(SafetensorsFile s(f), "not aligned");
+  write_raw(f, R"({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(SafetensorsFile(f).tensors().at("w").numel(), 2);
+}
+
+TEST(Safetensors, BadIndex) {
+  const std::string d = test::scratch_dir("bad_index");
+  EXPECT_ERROR_HAS(TensorStore s(d), "no model.safetensors");
+  EXPECT_ERROR_HAS(TensorStore s(d + "/nope"), "does not exist");
+  std::ofstream(d + "/model.safetensors.index.json") << R"({"weight_map": {"w": "a.safetensors"}})";
+  EXPECT_ERROR_HAS(TensorStore s(d), "shard a.safetensors listed in the index is missing");
+  write_raw(d + "/a.safetensors", R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  EXPECT_ERROR_HAS(TensorStore s(d), "puts tensor w in a.safetensors");
+  std::ofstream(d + "/model.safetensors.index.json")
+      << R"({"weight_map": {"v": "a.safetensors", "x": "b.safetensors"}})";
+  write_raw(d + "/b.safetensors", R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  EXPECT_ERROR_HAS(TensorStore s(d), "tensor v appears in more than one shard");
+  std::ofstream(d + "/model.safetensors.index.json") << R"({"weights": {}})";
+  EXPECT_ERROR_HAS(TensorStore s(d), "missing 'weight_map'");
+  std::ofstream(d + "/model.safetensors.index.json") << "{";
+  EXPECT_ERROR_HAS(TensorStore s(d), "invalid JSON");
+}
+
+TEST(Loader, MissingWrongAndUnknownTensors) {
+  const std::string src = test::tiny_checkpoint(Layout::hf);
+  std::string d = rewrite(src, "missing", [](const TensorView& v) {
+    return v.name == kQProj ? std::vector<PlannedTensor>{} : std::vector{copy_of(v)};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16),
+                   std::string("missing tensor ") + kQProj + " (expected shape [2048, 128])");
+
+  d = rewrite(src, "wrong_shape", [](const TensorView& v) {
+    if (v.name != kQProj) return std::vector{copy_of(v)};
+    PlannedTensor p = copy_of(v);
+    p.shape = {1024, 256};
+    return std::vector{p};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16), "has shape [1024, 256], expected [2048, 128]");
+
+  d = rewrite(src, "wrong_dtype", [](const TensorView& v) {
+    if (v.name != kQProj) return std::vector{copy_of(v)};
+    PlannedTensor p = copy_of(v);
+    p.dtype = DType::u32;  // same shape, twice the bytes: the first half copied
+    return std::vector{p};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16), "has dtype U32, expected BF16, F16 or F32");
+
+  d = rewrite(src, "unknown", [](const TensorView& v) {
+    std::vector out{copy_of(v)};
+    if (v.name == kQProj) out.push_back(copy_of(v, "model.language_model.layers.3.extra.weight"));
+    return out;
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16),
+                   "unknown tensor model.language_model.layers.3.extra.weight");
+
+  d = rewrite(src, "unknown_layout", [](const TensorView& v) {
+    std::string n = v.name;
+    if (n.starts_with("model.language_model.")) n = "transformer." + n.substr(21);
+    return std::vector{copy_of(v, n)};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16), "unknown layout");
+}
+
+TEST(Loader, TruncatedAndCorruptFiles) {
+  const std::string src = test::tiny_checkpoint(Layout::mlx4);
+  const std::string d = test::scratch_dir("truncated");
+  fs::copy(src, d, fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  const std::string f = d + "/model.safetensors";
+  fs::resize_file(f, fs::file_size(f) - 1000);
+  const std::string err = error_of([&] { load_model(d, WeightMode::q4); });
+  EXPECT_NE(err.find(f), std::string::npos) << err;
+  EXPECT_NE(err.find("outside"), std::string::npos) << err;
+
+  std::ofstream(d + "/config.json") << "{\"text_config\": ";
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::q4), "invalid JSON");
+}
+
+TEST(Loader, QuantisedCheckpointNeedsQ4) {
+  EXPECT_ERROR_HAS(load_model(test::tiny_checkpoint(Layout::mlx4), WeightMode::bf16),
+                   "--weights bf16 needs a bf16 checkpoint");
+}
+
+TEST(Loader, SkipsVisionAndMtp) {
+  const std::string src = test::tiny_checkpoint(Layout::hf);
+  std::string d = rewrite(src, "with_mtp", [](const TensorView& v) {
+    std::vector out{copy_of(v)};
+    if (v.name == kQProj) {
+      out.push_back(copy_of(v, "mtp.fc.weight"));
+      out.push_back(copy_of(v, "model.visual.blocks.0.attn.qkv.weight"));
+    }
+    return out;
+  });
+  auto w = load_model(d, WeightMode::bf16);
+  EXPECT_EQ(w->skipped.size(), 2u);
+}
+
+}  // namespace tern
