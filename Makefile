@@ -12,6 +12,10 @@ build: setup
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
+demo: build
+	./$(BUILD)/tern make-dummy --preset tiny --layout mlx4 --seed 1 --out $(BUILD)/demo-tiny
+	./$(BUILD)/tern run --model $(BUILD)/demo-tiny --prompt-ids 1,2,3 --max-tokens 32
+
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 

@@ -84,8 +84,10 @@ class LoadedSource : public WeightSource {
 }  // namespace
 
 void convert_checkpoint(const std::string& in_dir, const std::string& out_dir) {
+  for (const std::string& n : TensorStore(in_dir).names())
+    if (n.ends_with(".scales"))
+      fail("{}: already quantised ({}); convert reads Hugging Face bf16 checkpoints", in_dir, n);
   auto w = load_model(in_dir, WeightMode::bf16);
-  if (w->layout != "hf") fail("{}: convert reads Hugging Face bf16 checkpoints", in_dir);
   LoadedSource src(*w);
   write_checkpoint(w->cfg.raw, src, Layout::mlx4, out_dir);
   for (const auto& e : fs::directory_iterator(in_dir)) {

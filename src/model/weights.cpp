@@ -296,6 +296,7 @@ size_t ModelWeights::total_weight_bytes() const {
 }
 
 std::shared_ptr<ModelWeights> load_model(const std::string& dir, WeightMode mode) {
+  if (!fs::is_directory(dir)) fail("checkpoint folder {} does not exist", dir);
   auto mw = std::make_shared<ModelWeights>();
   mw->cfg = load_config((fs::path(dir) / "config.json").string());
   mw->store = std::make_unique<TensorStore>(dir);
