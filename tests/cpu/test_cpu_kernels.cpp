@@ -14,8 +14,11 @@
 
 namespace tern::cpu {
 
-TEST(CpuMatmul, MatchesDoubleReferenceForEachFormat) {
-  const int64_t rows = 37, cols = 192, T = 5;
+// T = 1 takes the decode path (packed rows never expanded), T = 5 the block path.
+class CpuMatmul : public testing::TestWithParam<int64_t> {};
+
+TEST_P(CpuMatmul, MatchesDoubleReferenceForEachFormat) {
+  const int64_t rows = 37, cols = 192, T = GetParam();
   std::vector<float> w = test::random_vector(size_t(rows * cols), 1, 0.1f);
   std::vector<uint16_t> dense(w.size());
   for (size_t i = 0; i < w.size(); ++i) dense[i] = f32_to_bf16(w[i]);
@@ -38,6 +41,8 @@ TEST(CpuMatmul, MatchesDoubleReferenceForEachFormat) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, CpuMatmul, testing::Values(1, 3, 5));
 
 namespace {
 

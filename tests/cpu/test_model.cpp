@@ -146,6 +146,20 @@ TEST(Model, ConvertRoundTripsAndMatchesQuantisingAtLoad) {
   EXPECT_EQ(w->layers[0].moe.gate[3].bits, 4);
 }
 
+TEST(Model, DummyWithTokenizerCoversItsVocabulary) {
+  const std::string tok = std::string(TERN_SOURCE_DIR) + "/../shared/fixtures/tokenizer/qwen3";
+  const std::string out = test::scratch_dir("with_tokenizer");
+  DummyOptions o;
+  o.out_dir = out;
+  o.tokenizer_dir = tok;
+  make_dummy(o);
+  EXPECT_TRUE(fs::exists(out + "/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(out + "/tokenizer_config.json"));
+  auto w = load_model(out, WeightMode::q4);
+  EXPECT_EQ(w->cfg.vocab, 151680);  // 151669 ids, padded to a multiple of 64
+  EXPECT_EQ(w->cfg.hidden, 128);
+}
+
 TEST(Model, OutOfRangeTokenIsAnError) {
   CpuBackend b(load_model(test::tiny_checkpoint(Layout::mlx4), WeightMode::q4));
   auto seq = b.new_sequence();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "model/safetensors_writer.h"
@@ -59,6 +60,17 @@ std::string rewrite(const std::string& src, const std::string& name, const Edit&
 PlannedTensor copy_of(const TensorView& v, std::string new_name = "") {
   return {new_name.empty() ? v.name : new_name, v.dtype, v.shape,
           [&v](uint8_t* d) { std::memcpy(d, v.data, v.nbytes); }};
+}
+
+// The tensor's bytes under another dtype and shape (cut or zero-padded).
+PlannedTensor recast(const TensorView& v, DType dtype, std::vector<int64_t> shape) {
+  PlannedTensor p{v.name, dtype, std::move(shape), nullptr};
+  const size_t n = p.nbytes();
+  p.fill = [&v, n](uint8_t* d) {
+    std::memset(d, 0, n);
+    std::memcpy(d, v.data, std::min(n, v.nbytes));
+  };
+  return p;
 }
 
 const char* kQProj = "model.language_model.layers.3.self_attn.q_proj.weight";
@@ -122,17 +134,13 @@ TEST(Loader, MissingWrongAndUnknownTensors) {
 
   d = rewrite(src, "wrong_shape", [](const TensorView& v) {
     if (v.name != kQProj) return std::vector{copy_of(v)};
-    PlannedTensor p = copy_of(v);
-    p.shape = {1024, 256};
-    return std::vector{p};
+    return std::vector{recast(v, v.dtype, {1024, 256})};
   });
   EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16), "has shape [1024, 256], expected [2048, 128]");
 
   d = rewrite(src, "wrong_dtype", [](const TensorView& v) {
     if (v.name != kQProj) return std::vector{copy_of(v)};
-    PlannedTensor p = copy_of(v);
-    p.dtype = DType::u32;  // same shape, twice the bytes: the first half copied
-    return std::vector{p};
+    return std::vector{recast(v, DType::u32, v.shape)};
   });
   EXPECT_ERROR_HAS(load_model(d, WeightMode::bf16), "has dtype U32, expected BF16, F16 or F32");
 
@@ -164,6 +172,32 @@ TEST(Loader, TruncatedAndCorruptFiles) {
 
   std::ofstream(d + "/config.json") << "{\"text_config\": ";
   EXPECT_ERROR_HAS(load_model(d, WeightMode::q4), "invalid JSON");
+}
+
+TEST(Loader, QuantisedTensorsMustAgreeWithTheConfig) {
+  const std::string src = test::tiny_checkpoint(Layout::mlx4);
+  // The config loses its 8-bit override for layer 0's router.
+  std::string d = rewrite(src, "no_override", [](const TensorView& v) { return std::vector{copy_of(v)}; });
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(d + "/config.json"));
+  for (const char* k : {"quantization", "quantization_config"})
+    cfg[k].erase("language_model.model.layers.0.mlp.gate");
+  std::ofstream(d + "/config.json") << cfg.dump();
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::q4),
+                   "layers.0.mlp.gate is stored as 8-bit group 64, but config.json says 4-bit group 64");
+  // A quantised matrix without its biases.
+  d = rewrite(src, "no_biases", [](const TensorView& v) {
+    return v.name == "language_model.model.layers.3.self_attn.k_proj.biases"
+               ? std::vector<PlannedTensor>{}
+               : std::vector{copy_of(v)};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::q4),
+                   "missing tensor language_model.model.layers.3.self_attn.k_proj.biases (expected shape [512, 2])");
+  // Codes that are neither 4- nor 8-bit.
+  d = rewrite(src, "odd_bits", [](const TensorView& v) {
+    if (v.name != "language_model.model.layers.3.self_attn.k_proj.weight") return std::vector{copy_of(v)};
+    return std::vector{recast(v, DType::u32, {512, 8})};
+  });
+  EXPECT_ERROR_HAS(load_model(d, WeightMode::q4), "not 4- or 8-bit");
 }
 
 TEST(Loader, QuantisedCheckpointNeedsQ4) {
