@@ -22,8 +22,8 @@ inline std::string scratch_dir(const std::string& name) {
 
 // A tiny random checkpoint (written once per process and name).
 inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
-  const std::string name = std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") +
-                           std::to_string(seed);
+  const std::string name =
+      std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") + std::to_string(seed);
   auto p = std::filesystem::path(testing::TempDir()) / ("tern_ckpt_" + name);
   if (!std::filesystem::exists(p / "config.json")) {
     DummyOptions o;

@@ -62,9 +62,11 @@ int run_generation(const RunOptions& o) {
   }
   const double decode_s = seconds_since(t1);
   std::printf("\n");
-  std::fprintf(stderr, "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
-               o.prompt_ids.size(), prefill_s, double(o.prompt_ids.size()) / prefill_s, generated,
-               decode_s, generated / std::max(decode_s, 1e-9));
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
+      o.prompt_ids.size(), prefill_s, double(o.prompt_ids.size()) / prefill_s, generated, decode_s,
+      generated / std::max(decode_s, 1e-9));
   return 0;
 }
 

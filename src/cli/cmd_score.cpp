@@ -1,11 +1,11 @@
 // tern score: teacher-forced logits of a token sequence, optionally compared
 // with reference logits (one JSON line of agreement metrics).
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/npy.h"
 #include "engine/score.h"
 
@@ -19,14 +19,7 @@ struct ScoreOptions {
 };
 
 std::vector<int32_t> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot open token file {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", path, e.what());
-  }
+  const nlohmann::json j = read_json_file(path);
   if (!j.is_array() || j.empty()) fail("{}: expected a non-empty JSON array of token ids", path);
   std::vector<int32_t> ids;
   for (const auto& x : j) {
@@ -50,9 +43,12 @@ int run_score(const ScoreOptions& o) {
       fail("{}: reference logits have shape ({}), expected ({}, {})", o.reference,
            fmt::join(ref.shape, ", "), n, V);
     ScoreReport r = compare_logits(logits.data(), ref.data.data(), int64_t(n), int64_t(V), tokens);
-    nlohmann::json j = {{"positions", r.positions},       {"top1_agreement", r.top1_agreement},
-                        {"mean_kl", r.mean_kl},           {"max_abs_diff", r.max_abs_diff},
-                        {"ppl", r.ppl},                   {"ppl_reference", r.ppl_reference},
+    nlohmann::json j = {{"positions", r.positions},
+                        {"top1_agreement", r.top1_agreement},
+                        {"mean_kl", r.mean_kl},
+                        {"max_abs_diff", r.max_abs_diff},
+                        {"ppl", r.ppl},
+                        {"ppl_reference", r.ppl_reference},
                         {"ppl_ratio", r.ppl_ratio}};
     std::cout << j.dump() << std::endl;
   }

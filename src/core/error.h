@@ -24,5 +24,4 @@ template <typename... Args>
 
 }  // namespace tern
 
-#define TERN_CHECK(cond) \
-  ((cond) ? (void)0 : ::tern::check_failed(#cond, __FILE__, __LINE__))
+#define TERN_CHECK(cond) ((cond) ? (void)0 : ::tern::check_failed(#cond, __FILE__, __LINE__))

@@ -60,7 +60,8 @@ NpyArray read_npy_f32(const std::string& path) {
   size_t count = 1, pos = 0;
   while (pos < dims.size()) {
     size_t comma = dims.find(',', pos);
-    std::string tok = dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string tok =
+        dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (tok.find_first_not_of(' ') != std::string::npos) {
       a.shape.push_back(std::stoul(tok));
       count *= a.shape.back();

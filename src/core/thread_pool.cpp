@@ -7,7 +7,8 @@
 namespace tern {
 
 ThreadPool::ThreadPool(int n_threads) {
-  for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < std::max(1, n_threads); ++i)
+    workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {

@@ -21,8 +21,7 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // Calls fn(begin, end, thread_index) over [0, n) in blocks of at least `grain`.
-  void parallel_for(size_t n, size_t grain,
-                    const std::function<void(size_t, size_t, int)>& fn);
+  void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& fn);
 
   // The process-wide pool (size from TERN_THREADS or the hardware).
   static ThreadPool& global();

@@ -1,8 +1,8 @@
 #include "model/checkpoint_writer.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <memory>
 
 #include "core/bf16.h"
@@ -118,8 +118,10 @@ void fill_dense(const RowReader& rd, int64_t r0, int64_t total_rows, int64_t col
       rd.read(r0 + int64_t(r), n, buf.data());
       for (int64_t i = 0; i < n * cols; ++i) {
         const size_t k = r * size_t(cols) + size_t(i);
-        if (dt == DType::f32) reinterpret_cast<float*>(dst)[k] = buf[size_t(i)];
-        else reinterpret_cast<uint16_t*>(dst)[k] = f32_to_bf16(buf[size_t(i)]);
+        if (dt == DType::f32)
+          reinterpret_cast<float*>(dst)[k] = buf[size_t(i)];
+        else
+          reinterpret_cast<uint16_t*>(dst)[k] = f32_to_bf16(buf[size_t(i)]);
       }
     }
   });
@@ -131,9 +133,8 @@ struct Planner {
 
   void dense(const std::string& name, std::vector<int64_t> shape, DType dt,
              std::shared_ptr<RowReader> rd, int64_t r0, int64_t rows, int64_t cols) {
-    PlannedTensor p{name, dt, std::move(shape), [=](uint8_t* dst) {
-                      fill_dense(*rd, r0, rows, cols, dt, dst);
-                    }};
+    PlannedTensor p{name, dt, std::move(shape),
+                    [=](uint8_t* dst) { fill_dense(*rd, r0, rows, cols, dt, dst); }};
     (dt == DType::f32 ? f32 : bf16).push_back(std::move(p));
   }
 
@@ -148,22 +149,20 @@ struct Planner {
       return s;
     };
     const int64_t words = cols * bits / 32, groups = cols / 64;
-    quantised.push_back({base + ".weight", DType::u32, dims(words), [=](uint8_t* dst) {
-                           qb->scales.resize(size_t(rows * groups));
-                           qb->biases.resize(size_t(rows * groups));
-                           auto* packed = reinterpret_cast<uint32_t*>(dst);
-                           ThreadPool::global().parallel_for(
-                               size_t(rows), 16, [&](size_t b, size_t e, int) {
-                                 std::vector<float> row(static_cast<size_t>(cols));
-                                 for (size_t r = b; r < e; ++r) {
-                                   rd->read(r0 + int64_t(r), 1, row.data());
-                                   quantize_row(row.data(), cols, bits, 64,
-                                                packed + r * size_t(words),
-                                                &qb->scales[r * size_t(groups)],
-                                                &qb->biases[r * size_t(groups)]);
-                                 }
-                               });
-                         }});
+    quantised.push_back(
+        {base + ".weight", DType::u32, dims(words), [=](uint8_t* dst) {
+           qb->scales.resize(size_t(rows * groups));
+           qb->biases.resize(size_t(rows * groups));
+           auto* packed = reinterpret_cast<uint32_t*>(dst);
+           ThreadPool::global().parallel_for(size_t(rows), 16, [&](size_t b, size_t e, int) {
+             std::vector<float> row(static_cast<size_t>(cols));
+             for (size_t r = b; r < e; ++r) {
+               rd->read(r0 + int64_t(r), 1, row.data());
+               quantize_row(row.data(), cols, bits, 64, packed + r * size_t(words),
+                            &qb->scales[r * size_t(groups)], &qb->biases[r * size_t(groups)]);
+             }
+           });
+         }});
     auto copy_out = [qb](std::vector<uint16_t> QuantBuffer::*field) {
       return [qb, field](uint8_t* dst) {
         std::vector<uint16_t>& v = (*qb).*field;
@@ -171,8 +170,10 @@ struct Planner {
         v = {};
       };
     };
-    quantised.push_back({base + ".scales", DType::bf16, dims(groups), copy_out(&QuantBuffer::scales)});
-    quantised.push_back({base + ".biases", DType::bf16, dims(groups), copy_out(&QuantBuffer::biases)});
+    quantised.push_back(
+        {base + ".scales", DType::bf16, dims(groups), copy_out(&QuantBuffer::scales)});
+    quantised.push_back(
+        {base + ".biases", DType::bf16, dims(groups), copy_out(&QuantBuffer::biases)});
   }
 };
 
@@ -189,15 +190,17 @@ void write_checkpoint(const json& config_json, const WeightSource& src, Layout l
   out_cfg.erase("quantization");
   out_cfg.erase("quantization_config");
   Planner pl{layout, {}, {}, {}};
-  const std::string prefix = layout == Layout::hf ? "model.language_model." : "language_model.model.";
+  const std::string prefix =
+      layout == Layout::hf ? "model.language_model." : "language_model.model.";
   json quant = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
 
   const std::vector<LogicalTensor> tensors = logical_tensors(cfg);  // fills refer to these
   for (const LogicalTensor& t : tensors) {
     auto rd = std::make_shared<RowReader>(src, t, layout == Layout::hf);
-    std::string name = t.name == "lm_head.weight"
-                           ? (layout == Layout::hf ? "lm_head.weight" : "language_model.lm_head.weight")
-                           : prefix + t.name;
+    std::string name =
+        t.name == "lm_head.weight"
+            ? (layout == Layout::hf ? "lm_head.weight" : "language_model.lm_head.weight")
+            : prefix + t.name;
     const DType dt = t.role == Role::a_log ? DType::f32 : DType::bf16;
     if (is_vector(t.role)) {
       pl.dense(name, {t.cols}, dt, rd, 0, 1, t.cols);

@@ -1,8 +1,7 @@
 #include "model/config.h"
 
-#include <fstream>
-
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace tern {
 
@@ -57,9 +56,12 @@ std::vector<LayerType> read_layer_types(const FieldReader& f, const json& text, 
       fail("{}: field 'layer_types' must be a list of {} entries (num_hidden_layers)", src,
            n_layers);
     for (const json& t : lt) {
-      if (t == "linear_attention") types.push_back(LayerType::linear_attention);
-      else if (t == "full_attention") types.push_back(LayerType::full_attention);
-      else fail("{}: unsupported entry {} in 'layer_types'", src, t.dump());
+      if (t == "linear_attention")
+        types.push_back(LayerType::linear_attention);
+      else if (t == "full_attention")
+        types.push_back(LayerType::full_attention);
+      else
+        fail("{}: unsupported entry {} in 'layer_types'", src, t.dump());
     }
   } else {
     // Older spelling: full attention at every interval-th layer (i+1) % n == 0.
@@ -79,7 +81,8 @@ QuantSpec read_quant_spec(const json& q, const std::string& where) {
     fail("{}: quantisation needs an integer 'group_size'", where);
   s.bits = q["bits"].get<int>();
   s.group = q["group_size"].get<int>();
-  if (s.bits != 4 && s.bits != 8) fail("{}: unsupported quantisation bits {} (4 or 8)", where, s.bits);
+  if (s.bits != 4 && s.bits != 8)
+    fail("{}: unsupported quantisation bits {} (4 or 8)", where, s.bits);
   if (s.group != 32 && s.group != 64 && s.group != 128)
     fail("{}: unsupported quantisation group_size {} (32, 64 or 128)", where, s.group);
   if (q.contains("mode") && q["mode"] != "affine")
@@ -132,8 +135,7 @@ ModelConfig parse_config(const json& j, const std::string& source) {
   FieldReader rf(rope ? *rope : text, rope ? src + " rope_parameters" : src);
   c.rope_theta = float(rf.get_number("rope_theta"));
   std::string rope_type = rf.get_string("rope_type", "default");
-  if (rope_type != "default")
-    fail("{}: unsupported rope_type '{}' (only default)", src, rope_type);
+  if (rope_type != "default") fail("{}: unsupported rope_type '{}' (only default)", src, rope_type);
   double partial = rf.has("partial_rotary_factor") ? rf.get_number("partial_rotary_factor")
                                                    : f.get_number("partial_rotary_factor");
   c.rotary_dim = int(partial * c.head_dim + 0.5);
@@ -159,9 +161,10 @@ ModelConfig parse_config(const json& j, const std::string& source) {
   c.norm_topk = f.get_bool("norm_topk_prob", true);
   c.vocab = f.get_int("vocab_size");
   c.rms_eps = float(f.get_number("rms_norm_eps"));
-  c.tie_embeddings = f.get_bool("tie_word_embeddings", FieldReader(j, source).get_bool(
-                                                           "tie_word_embeddings", false));
-  c.max_positions = f.has("max_position_embeddings") ? f.get_int("max_position_embeddings") : 262144;
+  c.tie_embeddings = f.get_bool("tie_word_embeddings",
+                                FieldReader(j, source).get_bool("tie_word_embeddings", false));
+  c.max_positions =
+      f.has("max_position_embeddings") ? f.get_int("max_position_embeddings") : 262144;
 
   if (f.get_string("hidden_act", "silu") != "silu")
     fail("{}: unsupported hidden_act '{}' (only silu)", src, f.get_string("hidden_act", ""));
@@ -184,7 +187,7 @@ ModelConfig parse_config(const json& j, const std::string& source) {
     }
   }
 
-  const char* qkey = j.contains("quantization") ? "quantization"
+  const char* qkey = j.contains("quantization")          ? "quantization"
                      : j.contains("quantization_config") ? "quantization_config"
                                                          : nullptr;
   if (qkey) {
@@ -202,15 +205,7 @@ ModelConfig parse_config(const json& j, const std::string& source) {
 }
 
 ModelConfig load_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot open config {}", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("{}: invalid JSON: {}", path, e.what());
-  }
-  return parse_config(j, path);
+  return parse_config(read_json_file(path), path);
 }
 
 }  // namespace tern

@@ -42,7 +42,8 @@ class LoadedSource : public WeightSource {
                {"mlp.shared_expert.up_proj.weight", &L.moe.shared_up},
                {"mlp.shared_expert.down_proj.weight", &L.moe.shared_down}})
         matrices_[p + tail] = m;
-      for (auto [tail, v] : std::initializer_list<std::pair<const char*, const std::vector<float>*>>{
+      for (auto [tail, v] :
+           std::initializer_list<std::pair<const char*, const std::vector<float>*>>{
                {"input_layernorm.weight", &L.in_norm},
                {"post_attention_layernorm.weight", &L.post_norm},
                {"linear_attn.conv1d.weight", &L.gdn.conv},

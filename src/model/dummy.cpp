@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/rng.h"
 
 namespace tern {
@@ -46,26 +46,31 @@ void RandomSource::rows(const LogicalTensor& t, int64_t r0, int64_t n, float* ou
       switch (t.role) {
         // 1 + w exact in bf16 (so is w): the MLX file, which stores 1 + w, holds
         // the same function as the Hugging Face file, which stores w.
-        case Role::norm_1p: o[j] = round_bf16(1.0f + 0.1f * z); break;
-        case Role::gated_norm: o[j] = round_bf16(1.0f + 0.1f * z); break;
-        case Role::conv: o[j] = round_bf16(0.5f * z); break;
-        case Role::a_log: o[j] = std::log(1.0f + 15.0f * u); break;
-        case Role::dt_bias: o[j] = round_bf16(2.0f * u - 1.0f); break;
-        default: o[j] = round_bf16(std * z); break;
+        case Role::norm_1p:
+          o[j] = round_bf16(1.0f + 0.1f * z);
+          break;
+        case Role::gated_norm:
+          o[j] = round_bf16(1.0f + 0.1f * z);
+          break;
+        case Role::conv:
+          o[j] = round_bf16(0.5f * z);
+          break;
+        case Role::a_log:
+          o[j] = std::log(1.0f + 15.0f * u);
+          break;
+        case Role::dt_bias:
+          o[j] = round_bf16(2.0f * u - 1.0f);
+          break;
+        default:
+          o[j] = round_bf16(std * z);
+          break;
       }
     }
   }
 }
 
 int tokenizer_id_count(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot open {}", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("{}: invalid JSON: {}", path, e.what());
-  }
+  const json j = read_json_file(path);
   int64_t n = 0;
   if (j.contains("model") && j["model"].contains("vocab") && j["model"]["vocab"].is_object())
     for (const auto& kv : j["model"]["vocab"].items())
@@ -79,18 +84,8 @@ int tokenizer_id_count(const std::string& path) {
 }
 
 void make_dummy(const DummyOptions& opt) {
-  json cfg_json;
-  if (!opt.config_file.empty()) {
-    std::ifstream in(opt.config_file);
-    if (!in) fail("cannot open config {}", opt.config_file);
-    try {
-      cfg_json = json::parse(in);
-    } catch (const json::exception& e) {
-      fail("{}: invalid JSON: {}", opt.config_file, e.what());
-    }
-  } else {
-    cfg_json = preset_config(opt.preset);
-  }
+  json cfg_json =
+      opt.config_file.empty() ? preset_config(opt.preset) : read_json_file(opt.config_file);
   json& text = cfg_json.contains("text_config") ? cfg_json["text_config"] : cfg_json;
   fs::create_directories(opt.out_dir);
   if (!opt.tokenizer_dir.empty()) {

@@ -2,8 +2,8 @@
 // the published Qwen3.6-35B-A3B config.json (text and top-level fields); "tiny"
 // keeps every structural feature (both layer types, GQA, partial rotary, value
 // heads = 2 x key heads, top-k > 1 of many experts) at a size tests can afford.
-#include "model/config.h"
 #include "core/error.h"
+#include "model/config.h"
 
 namespace tern {
 

@@ -27,7 +27,8 @@ float load_scalar(DType t, const uint8_t* p, size_t i) {
       std::memcpy(&f, p + 4 * i, 4);
       return f;
     }
-    default: break;
+    default:
+      break;
   }
   TERN_CHECK(false);
   return 0;

@@ -7,11 +7,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace tern {
 
@@ -20,11 +20,16 @@ using json = nlohmann::json;
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::f32: return "F32";
-    case DType::u32: return "U32";
-    case DType::other: break;
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::f32:
+      return "F32";
+    case DType::u32:
+      return "U32";
+    case DType::other:
+      break;
   }
   return "other";
 }
@@ -32,10 +37,13 @@ const char* dtype_name(DType t) {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::bf16:
-    case DType::f16: return 2;
+    case DType::f16:
+      return 2;
     case DType::f32:
-    case DType::u32: return 4;
-    case DType::other: break;
+    case DType::u32:
+      return 4;
+    case DType::other:
+      break;
   }
   return 0;
 }
@@ -70,7 +78,9 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string TensorView::shape_str() const { return shape_to_string(shape); }
+std::string TensorView::shape_str() const {
+  return shape_to_string(shape);
+}
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -95,8 +105,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
   if (header_len > size_ - 8)
-    fail("{}: truncated safetensors file: header of {} bytes but the file has {}", path,
-         header_len, size_);
+    fail("{}: truncated safetensors file: header of {} bytes but the file has {}", path, header_len,
+         size_);
   json header;
   try {
     header = json::parse(base + 8, base + 8 + header_len);
@@ -110,9 +120,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (it.key() == "__metadata__") continue;
     const json& e = it.value();
     const std::string& name = it.key();
-    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
-        !e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
-        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2)
       fail("{}: tensor {}: header entry needs dtype, shape and two data_offsets", path, name);
     TensorView v;
     v.name = name;
@@ -129,9 +139,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       fail("{}: tensor {}: data_offsets must be non-negative integers", path, name);
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size)
-      fail("{}: tensor {}: data_offsets [{}, {}] lie outside the file's {} data bytes "
-           "(truncated file?)",
-           path, name, begin, end, data_size);
+      fail(
+          "{}: tensor {}: data_offsets [{}, {}] lie outside the file's {} data bytes "
+          "(truncated file?)",
+          path, name, begin, end, data_size);
     size_t esize = v.dtype != DType::other ? dtype_size(v.dtype) : other_dtype_size(v.dtype_str);
     if (esize == 0) fail("{}: tensor {}: unknown dtype '{}'", path, name, v.dtype_str);
     if (uint64_t(v.numel()) * esize != end - begin)
@@ -155,13 +166,7 @@ TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
   std::vector<std::string> shards;
   std::map<std::string, std::string> expected;  // tensor -> shard, from the index
   if (fs::exists(index_path)) {
-    std::ifstream in(index_path);
-    json idx;
-    try {
-      idx = json::parse(in);
-    } catch (const json::exception& e) {
-      fail("{}: invalid JSON: {}", index_path.string(), e.what());
-    }
+    json idx = read_json_file(index_path.string());
     if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
       fail("{}: missing 'weight_map' object", index_path.string());
     std::set<std::string> seen;

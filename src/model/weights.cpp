@@ -64,9 +64,10 @@ class Loader {
       }
     }
     if (prefix_.empty())
-      fail("{}: unknown layout: no tensor '<prefix>{}' with a known prefix (model.language_model., "
-           "language_model.model. or model.)",
-           st_.dir(), probe);
+      fail(
+          "{}: unknown layout: no tensor '<prefix>{}' with a known prefix (model.language_model., "
+          "language_model.model. or model.)",
+          st_.dir(), probe);
     // MLX conversions store conv1d as [C, K, 1] and bake 1+w into the norms;
     // Hugging Face files use [C, 1, K] (mlx-lm tells the two apart the same way).
     mlx_ = prefix_ == "language_model.model.";
@@ -83,7 +84,8 @@ class Loader {
 
   const TensorView& tensor(const std::string& name, const std::vector<int64_t>& shape) {
     const TensorView* v = st_.find(name);
-    if (!v) fail("{}: missing tensor {} (expected shape {})", st_.dir(), name, shape_to_string(shape));
+    if (!v)
+      fail("{}: missing tensor {} (expected shape {})", st_.dir(), name, shape_to_string(shape));
     if (v->shape != shape)
       fail("{}: tensor {} has shape {}, expected {}", v->file, name, v->shape_str(),
            shape_to_string(shape));
@@ -134,8 +136,8 @@ class Loader {
       const int64_t words = w->shape.back();
       const int bits = int(words * 32 / cols);
       if (words * 32 != cols * bits || (bits != 4 && bits != 8))
-        fail("{}: tensor {} has {} words per row for {} inputs: not 4- or 8-bit", w->file,
-             w->name, words, cols);
+        fail("{}: tensor {} has {} words per row for {} inputs: not 4- or 8-bit", w->file, w->name,
+             words, cols);
       const TensorView& s = st_.get(base + ".scales");
       const int64_t n_groups = s.shape.empty() ? 0 : s.shape.back();
       if (n_groups <= 0 || cols % n_groups != 0)
@@ -144,8 +146,8 @@ class Loader {
       const int group = int(cols / n_groups);
       QuantSpec spec = cfg_.quant_for(base);
       if (cfg_.quant && (spec.bits != bits || spec.group != group))
-        fail("{}: {} is stored as {}-bit group {}, but config.json says {}-bit group {}",
-             st_.dir(), base, bits, group, spec.bits, spec.group);
+        fail("{}: {} is stored as {}-bit group {}, but config.json says {}-bit group {}", st_.dir(),
+             base, bits, group, spec.bits, spec.group);
       tensor(base + ".weight", dims(words));
       const TensorView& sc = tensor(base + ".scales", dims(n_groups));
       const TensorView& bi = tensor(base + ".biases", dims(n_groups));
@@ -262,36 +264,34 @@ class Loader {
 
 }  // namespace
 
+namespace {
+
+// Bytes of a layer's attention or GDN block, router and shared expert, plus
+// `n_experts` routed experts.
+size_t layer_bytes(const LayerWeights& L, size_t n_experts) {
+  size_t b = 0;
+  if (L.type == LayerType::linear_attention)
+    b += L.gdn.in_qkv.bytes() + L.gdn.in_z.bytes() + L.gdn.in_b.bytes() + L.gdn.in_a.bytes() +
+         L.gdn.out.bytes();
+  else
+    b += L.attn.q.bytes() + L.attn.k.bytes() + L.attn.v.bytes() + L.attn.o.bytes();
+  const MoeWeights& m = L.moe;
+  b += m.router.bytes() + m.shared_expert_gate.bytes() + m.shared_gate.bytes() +
+       m.shared_up.bytes() + m.shared_down.bytes();
+  return b + n_experts * (m.gate[0].bytes() + m.up[0].bytes() + m.down[0].bytes());
+}
+
+}  // namespace
+
 size_t ModelWeights::active_bytes_per_token() const {
-  size_t b = lm_head.bytes() + embed.row_bytes() * 1;
-  for (const LayerWeights& L : layers) {
-    if (L.type == LayerType::linear_attention)
-      b += L.gdn.in_qkv.bytes() + L.gdn.in_z.bytes() + L.gdn.in_b.bytes() + L.gdn.in_a.bytes() +
-           L.gdn.out.bytes();
-    else
-      b += L.attn.q.bytes() + L.attn.k.bytes() + L.attn.v.bytes() + L.attn.o.bytes();
-    const MoeWeights& m = L.moe;
-    b += m.router.bytes() + m.shared_expert_gate.bytes() + m.shared_gate.bytes() +
-         m.shared_up.bytes() + m.shared_down.bytes();
-    b += size_t(cfg.top_k) * (m.gate[0].bytes() + m.up[0].bytes() + m.down[0].bytes());
-  }
+  size_t b = lm_head.bytes() + embed.row_bytes();
+  for (const LayerWeights& L : layers) b += layer_bytes(L, size_t(cfg.top_k));
   return b;
 }
 
 size_t ModelWeights::total_weight_bytes() const {
   size_t b = embed.bytes() + (cfg.tie_embeddings ? 0 : lm_head.bytes());
-  for (const LayerWeights& L : layers) {
-    if (L.type == LayerType::linear_attention)
-      b += L.gdn.in_qkv.bytes() + L.gdn.in_z.bytes() + L.gdn.in_b.bytes() + L.gdn.in_a.bytes() +
-           L.gdn.out.bytes();
-    else
-      b += L.attn.q.bytes() + L.attn.k.bytes() + L.attn.v.bytes() + L.attn.o.bytes();
-    const MoeWeights& m = L.moe;
-    b += m.router.bytes() + m.shared_expert_gate.bytes() + m.shared_gate.bytes() +
-         m.shared_up.bytes() + m.shared_down.bytes();
-    for (size_t e = 0; e < m.gate.size(); ++e)
-      b += m.gate[e].bytes() + m.up[e].bytes() + m.down[e].bytes();
-  }
+  for (const LayerWeights& L : layers) b += layer_bytes(L, size_t(cfg.n_experts));
   return b;
 }
 

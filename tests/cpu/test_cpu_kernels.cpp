@@ -51,9 +51,10 @@ struct DeltaInputs {
 };
 
 DeltaInputs delta_inputs(int64_t T, int dk, int dv, uint64_t seed) {
-  DeltaInputs in{test::random_vector(size_t(T * dk), seed), test::random_vector(size_t(T * dk), seed + 1),
-                 test::random_vector(size_t(T * dv), seed + 2), test::random_vector(size_t(T), seed + 3),
-                 test::random_vector(size_t(T), seed + 4)};
+  DeltaInputs in{
+      test::random_vector(size_t(T * dk), seed), test::random_vector(size_t(T * dk), seed + 1),
+      test::random_vector(size_t(T * dv), seed + 2), test::random_vector(size_t(T), seed + 3),
+      test::random_vector(size_t(T), seed + 4)};
   for (int64_t t = 0; t < T; ++t) {
     for (auto* x : {&in.q, &in.k}) {
       double ss = 0;
@@ -101,8 +102,8 @@ TEST(CpuDeltaRule, RecurrentAndChunkedMatchReference) {
         delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
                            dk, dv, S.data(), o.data(), 16);
       else
-        delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-                             T, dk, dv, S.data(), o.data());
+        delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                             dk, dv, S.data(), o.data());
       double err = 0, scale = 0;
       for (size_t i = 0; i < o.size(); ++i) {
         err = std::max(err, std::abs(o[i] - ref[i]));
@@ -132,12 +133,14 @@ TEST(CpuMoe, RouteIsSoftmaxTopKRenormalised) {
   Route r = route_token(logits.data(), 256, 8, true);
   std::vector<int> order(256);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
   double total = 0;
   for (int i = 0; i < 8; ++i) total += std::exp(double(logits[size_t(order[size_t(i)])]));
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(r.experts[size_t(i)], order[size_t(i)]);
-    EXPECT_NEAR(r.weights[size_t(i)], std::exp(double(logits[size_t(order[size_t(i)])])) / total, 1e-6);
+    EXPECT_NEAR(r.weights[size_t(i)], std::exp(double(logits[size_t(order[size_t(i)])])) / total,
+                1e-6);
   }
   Route raw = route_token(logits.data(), 256, 8, false);
   EXPECT_LT(std::accumulate(raw.weights.begin(), raw.weights.end(), 0.0f), 1.0f);

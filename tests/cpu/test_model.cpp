@@ -52,7 +52,8 @@ std::string per_expert_variant(const std::string& src) {
       name = "model." + name.substr(std::string("model.language_model.").size());
     const size_t at = name.find("mlp.experts.");
     if (at == std::string::npos) {
-      out.push_back({name, v.dtype, v.shape, [&v, store](uint8_t* d) { std::memcpy(d, v.data, v.nbytes); }});
+      out.push_back(
+          {name, v.dtype, v.shape, [&v, store](uint8_t* d) { std::memcpy(d, v.data, v.nbytes); }});
       continue;
     }
     const std::string p = name.substr(0, at) + "mlp.experts.";
@@ -61,12 +62,17 @@ std::string per_expert_variant(const std::string& src) {
       const std::string q = p + std::to_string(e) + ".";
       if (gate_up) {
         for (int part = 0; part < 2; ++part)
-          out.push_back({q + (part ? "up_proj.weight" : "gate_proj.weight"), v.dtype,
-                         {int64_t(I), int64_t(D)}, [&v, store, e, part, I, D](uint8_t* d) {
-                           std::memcpy(d, v.data + (size_t(e) * 2 * I + part * I) * D * 2, I * D * 2);
+          out.push_back({q + (part ? "up_proj.weight" : "gate_proj.weight"),
+                         v.dtype,
+                         {int64_t(I), int64_t(D)},
+                         [&v, store, e, part, I, D](uint8_t* d) {
+                           std::memcpy(d, v.data + (size_t(e) * 2 * I + part * I) * D * 2,
+                                       I * D * 2);
                          }});
       } else {
-        out.push_back({q + "down_proj.weight", v.dtype, {int64_t(D), int64_t(I)},
+        out.push_back({q + "down_proj.weight",
+                       v.dtype,
+                       {int64_t(D), int64_t(I)},
                        [&v, store, e, I, D](uint8_t* d) {
                          std::memcpy(d, v.data + size_t(e) * D * I * 2, D * I * 2);
                        }});
@@ -101,8 +107,10 @@ TEST(Model, DummyIsDeterministicAndWellScaled) {
   o.seed = 5;
   o.out_dir = b;
   make_dummy(o);
-  std::ifstream fa(a + "/model.safetensors", std::ios::binary), fb(b + "/model.safetensors", std::ios::binary);
-  EXPECT_TRUE(std::equal(std::istreambuf_iterator<char>(fa), {}, std::istreambuf_iterator<char>(fb)));
+  std::ifstream fa(a + "/model.safetensors", std::ios::binary),
+      fb(b + "/model.safetensors", std::ios::binary);
+  EXPECT_TRUE(
+      std::equal(std::istreambuf_iterator<char>(fa), {}, std::istreambuf_iterator<char>(fb)));
   auto toks = some_tokens(40, 1024, 9);
   std::vector<float> l = logits_of(a, WeightMode::q4, toks);
   double mean = 0, var = 0;
@@ -114,7 +122,9 @@ TEST(Model, DummyIsDeterministicAndWellScaled) {
   EXPECT_LT(sd, 20.0);
   EXPECT_TRUE(std::all_of(l.begin(), l.end(), [](float x) { return std::isfinite(x); }));
   // Another seed is another model.
-  EXPECT_GT(test::max_abs_diff(logits_of(test::tiny_checkpoint(Layout::mlx4, 6), WeightMode::q4, toks), l), 1.0f);
+  EXPECT_GT(test::max_abs_diff(
+                logits_of(test::tiny_checkpoint(Layout::mlx4, 6), WeightMode::q4, toks), l),
+            1.0f);
 }
 
 TEST(Model, HfVariantsLoadToTheSameFunction) {

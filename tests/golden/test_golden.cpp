@@ -74,9 +74,9 @@ TEST_P(Golden, MatchesTransformers) {
     const auto& toks = seqs[s];
     NpyArray ref = read_npy_f32(kGolden + "/" + c.logits + "_" + std::to_string(s) + ".npy");
     for (int64_t chunk : {0, 1, 7, 64})
-      expect_matches(score_tokens(backend, toks, chunk), ref, toks,
-                     std::string(c.dir) + " seq " + std::to_string(s) + " chunk " +
-                         std::to_string(chunk));
+      expect_matches(
+          score_tokens(backend, toks, chunk), ref, toks,
+          std::string(c.dir) + " seq " + std::to_string(s) + " chunk " + std::to_string(chunk));
     expect_matches(prefill_then_decode(backend, toks, toks.size() / 2), ref, toks,
                    std::string(c.dir) + " decode after prefill, seq " + std::to_string(s));
   }

@@ -100,7 +100,8 @@ TEST(Safetensors, BadFiles) {
   write_raw(f, R"({"w": {"dtype": "BF16", "shape": [-2], "data_offsets": [0, 4]}})", 4);
   EXPECT_ERROR_HAS(SafetensorsFile s(f), "bad shape");
   write_raw(f, R"({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
-                  "w": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 6);
+                  "w": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})",
+            6);
   EXPECT_ERROR_HAS(SafetensorsFile s(f), "not aligned");
   write_raw(f, R"({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
   EXPECT_EQ(SafetensorsFile(f).tensors().at("w").numel(), 2);
@@ -112,11 +113,13 @@ TEST(Safetensors, BadIndex) {
   EXPECT_ERROR_HAS(TensorStore s(d + "/nope"), "does not exist");
   std::ofstream(d + "/model.safetensors.index.json") << R"({"weight_map": {"w": "a.safetensors"}})";
   EXPECT_ERROR_HAS(TensorStore s(d), "shard a.safetensors listed in the index is missing");
-  write_raw(d + "/a.safetensors", R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  write_raw(d + "/a.safetensors",
+            R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
   EXPECT_ERROR_HAS(TensorStore s(d), "puts tensor w in a.safetensors");
   std::ofstream(d + "/model.safetensors.index.json")
       << R"({"weight_map": {"v": "a.safetensors", "x": "b.safetensors"}})";
-  write_raw(d + "/b.safetensors", R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  write_raw(d + "/b.safetensors",
+            R"({"v": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
   EXPECT_ERROR_HAS(TensorStore s(d), "tensor v appears in more than one shard");
   std::ofstream(d + "/model.safetensors.index.json") << R"({"weights": {}})";
   EXPECT_ERROR_HAS(TensorStore s(d), "missing 'weight_map'");
@@ -177,13 +180,15 @@ TEST(Loader, TruncatedAndCorruptFiles) {
 TEST(Loader, QuantisedTensorsMustAgreeWithTheConfig) {
   const std::string src = test::tiny_checkpoint(Layout::mlx4);
   // The config loses its 8-bit override for layer 0's router.
-  std::string d = rewrite(src, "no_override", [](const TensorView& v) { return std::vector{copy_of(v)}; });
+  std::string d =
+      rewrite(src, "no_override", [](const TensorView& v) { return std::vector{copy_of(v)}; });
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(d + "/config.json"));
   for (const char* k : {"quantization", "quantization_config"})
     cfg[k].erase("language_model.model.layers.0.mlp.gate");
   std::ofstream(d + "/config.json") << cfg.dump();
-  EXPECT_ERROR_HAS(load_model(d, WeightMode::q4),
-                   "layers.0.mlp.gate is stored as 8-bit group 64, but config.json says 4-bit group 64");
+  EXPECT_ERROR_HAS(
+      load_model(d, WeightMode::q4),
+      "layers.0.mlp.gate is stored as 8-bit group 64, but config.json says 4-bit group 64");
   // A quantised matrix without its biases.
   d = rewrite(src, "no_biases", [](const TensorView& v) {
     return v.name == "language_model.model.layers.3.self_attn.k_proj.biases"
@@ -191,10 +196,12 @@ TEST(Loader, QuantisedTensorsMustAgreeWithTheConfig) {
                : std::vector{copy_of(v)};
   });
   EXPECT_ERROR_HAS(load_model(d, WeightMode::q4),
-                   "missing tensor language_model.model.layers.3.self_attn.k_proj.biases (expected shape [512, 2])");
+                   "missing tensor language_model.model.layers.3.self_attn.k_proj.biases (expected "
+                   "shape [512, 2])");
   // Codes that are neither 4- nor 8-bit.
   d = rewrite(src, "odd_bits", [](const TensorView& v) {
-    if (v.name != "language_model.model.layers.3.self_attn.k_proj.weight") return std::vector{copy_of(v)};
+    if (v.name != "language_model.model.layers.3.self_attn.k_proj.weight")
+      return std::vector{copy_of(v)};
     return std::vector{recast(v, DType::u32, {512, 8})};
   });
   EXPECT_ERROR_HAS(load_model(d, WeightMode::q4), "not 4- or 8-bit");

@@ -62,11 +62,12 @@ TEST(Config, OldRopeFields) {
 
 TEST(Config, MlxQuantisationWithOverrides) {
   json j = preset_config("tiny");
-  j["quantization"] = {{"group_size", 64},
-                       {"bits", 4},
-                       {"mode", "affine"},
-                       {"language_model.model.layers.0.mlp.gate", {{"group_size", 64}, {"bits", 8}}},
-                       {"language_model.model.layers.1.mlp.gate", false}};
+  j["quantization"] = {
+      {"group_size", 64},
+      {"bits", 4},
+      {"mode", "affine"},
+      {"language_model.model.layers.0.mlp.gate", {{"group_size", 64}, {"bits", 8}}},
+      {"language_model.model.layers.1.mlp.gate", false}};
   ModelConfig c = parse_config(j, "x");
   ASSERT_TRUE(c.quant.has_value());
   EXPECT_EQ(c.quant_for("language_model.model.layers.0.mlp.gate").bits, 8);
@@ -75,12 +76,11 @@ TEST(Config, MlxQuantisationWithOverrides) {
 }
 
 TEST(Config, MissingFieldsAreNamed) {
-  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads",
-                            "num_key_value_heads", "head_dim", "linear_num_key_heads",
-                            "linear_num_value_heads", "linear_key_head_dim",
-                            "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts",
-                            "num_experts_per_tok", "moe_intermediate_size",
-                            "shared_expert_intermediate_size", "vocab_size", "rms_norm_eps"}) {
+  for (const char* field :
+       {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+        "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok",
+        "moe_intermediate_size", "shared_expert_intermediate_size", "vocab_size", "rms_norm_eps"}) {
     json j = preset_config("tiny");
     j["text_config"].erase(field);
     EXPECT_NE(error_of(j).find(std::string("'") + field + "'"), std::string::npos)

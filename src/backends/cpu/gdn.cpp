@@ -59,8 +59,8 @@ void delta_rule_chunked(const float* q, const float* k, const float* v, const fl
       const float bg = b * std::exp(gam[size_t(r)]);
       for (int i = 0; i < dk; ++i) xr[dv + i] = bg * kc[r * dk + i];
       for (int s = 0; s < r; ++s) {
-        const float a = b * dot(kc + r * dk, kc + s * dk, dk) *
-                        std::exp(gam[size_t(r)] - gam[size_t(s)]);
+        const float a =
+            b * dot(kc + r * dk, kc + s * dk, dk) * std::exp(gam[size_t(r)] - gam[size_t(s)]);
         const float* xs = &X[size_t(s * w)];
         for (int j = 0; j < w; ++j) xr[j] -= a * xs[j];
       }
@@ -133,8 +133,8 @@ void causal_conv(const std::vector<float>& wconv, int K, int64_t C, int64_t T, f
 
 }  // namespace
 
-void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int64_t T,
-                 GdnState& st, float* out, DeltaForm form) {
+void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int64_t T, GdnState& st,
+                 float* out, DeltaForm form) {
   const int64_t C = c.conv_channels(), Hk = c.lin_k_heads, Hv = c.lin_v_heads;
   const int dk = c.lin_k_dim, dv = c.lin_v_dim;
   const int64_t key_dim = c.lin_key_dim(), value_dim = c.lin_value_dim();
@@ -151,8 +151,8 @@ void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int6
   std::vector<float> y(size_t(T * value_dim));
   const int64_t ratio = Hv / Hk;
   ThreadPool::global().parallel_for(size_t(Hv), 1, [&](size_t h0, size_t h1, int) {
-    std::vector<float> q(size_t(T * dk)), k(size_t(T * dk)), v(size_t(T * dv)), g(static_cast<size_t>(T)),
-        beta(static_cast<size_t>(T)), o(size_t(T * dv));
+    std::vector<float> q(size_t(T * dk)), k(size_t(T * dk)), v(size_t(T * dv)),
+        g(static_cast<size_t>(T)), beta(static_cast<size_t>(T)), o(size_t(T * dv));
     for (size_t n = h0; n < h1; ++n) {
       const int64_t m = int64_t(n) / ratio;  // value head n reads key head n / ratio
       for (int64_t t = 0; t < T; ++t) {

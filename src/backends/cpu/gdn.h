@@ -30,7 +30,7 @@ void delta_rule_chunked(const float* q, const float* k, const float* v, const fl
                         int chunk = 64);
 
 // x: [T][hidden] (already normed) -> out: [T][hidden]; state carried across calls.
-void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int64_t T,
-                 GdnState& st, float* out, DeltaForm form = DeltaForm::automatic);
+void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int64_t T, GdnState& st,
+                 float* out, DeltaForm form = DeltaForm::automatic);
 
 }  // namespace tern::cpu

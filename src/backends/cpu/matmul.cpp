@@ -78,8 +78,7 @@ void matmul_affine_few(const QTensor& w, const float* x, int64_t T, float* y) {
 }  // namespace
 
 void matmul(const QTensor& w, const float* x, int64_t T, float* y) {
-  if (w.quantized() && T <= 4 && w.group % (32 / w.bits) == 0)
-    return matmul_affine_few(w, x, T, y);
+  if (w.quantized() && T <= 4 && w.group % (32 / w.bits) == 0) return matmul_affine_few(w, x, T, y);
   constexpr int64_t kBlock = 8;  // rows expanded at once
   const int64_t rows = w.rows, cols = w.cols;
   const size_t n_blocks = size_t((rows + kBlock - 1) / kBlock);

@@ -43,8 +43,7 @@ void swiglu_ffn(const QTensor& gate, const QTensor& up, const QTensor& down, con
 
 }  // namespace
 
-void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t T,
-                 float* out) {
+void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t T, float* out) {
   const int64_t D = c.hidden, E = c.n_experts;
   std::vector<float> logits(size_t(T * E));
   matmul(w.router, x, T, logits.data());
@@ -63,8 +62,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
     const int64_t n = int64_t(rs.size());
     xe.resize(size_t(n * D));
     ye.resize(size_t(n * D));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x + rs[size_t(i)].first * D, D, &xe[size_t(i * D)]);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(x + rs[size_t(i)].first * D, D, &xe[size_t(i * D)]);
     swiglu_ffn(w.gate[size_t(e)], w.up[size_t(e)], w.down[size_t(e)], xe.data(), n, ye.data());
     for (int64_t i = 0; i < n; ++i) {
       float* o = out + rs[size_t(i)].first * D;

@@ -8,10 +8,16 @@
 
 namespace tern::cpu {
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x * sigmoid(x); }
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu(float x) {
+  return x * sigmoid(x);
+}
 // PyTorch's softplus switches to the identity above 20.
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 // Sum of a[i] * b[i] with several independent accumulators (vectorisable).
 float dot(const float* a, const float* b, int64_t n);
