@@ -10,5 +10,7 @@ namespace tern::cli {
 // A registered command returns the process exit code when run.
 using Runner = std::function<int()>;
 
+Runner add_tokenize(CLI::App& app);
+Runner add_render_chat(CLI::App& app);
 
 }  // namespace tern::cli

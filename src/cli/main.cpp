@@ -17,11 +17,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
   std::map<CLI::App*, tern::cli::Runner> runners;
-  [[maybe_unused]] auto add = [&](tern::cli::Runner (*reg)(CLI::App&)) {
+  auto add = [&](tern::cli::Runner (*reg)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
     auto runner = reg(app);
     runners[app.get_subcommands({})[before]] = std::move(runner);
   };
+  add(tern::cli::add_tokenize);
+  add(tern::cli::add_render_chat);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("tern"));
