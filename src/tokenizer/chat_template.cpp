@@ -258,11 +258,10 @@ std::string render_chat(const ojson& request) {
 }
 
 bool is_qwen35_chat_template(std::string_view source) {
-  // The distinctive parts of the Qwen3.5 template that render_chat implements.
-  return source.find("render_content") != std::string_view::npos &&
-         source.find("<parameter=' + args_name + '>") != std::string_view::npos &&
-         source.find("No user query found in messages.") != std::string_view::npos &&
-         source.find(kToolsInstructions.substr(0, 80)) != std::string_view::npos;
+  // FNV-1a of qwen3.5.jinja: any other text may render differently.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : source) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h == 0xf07c510f47fbaca0ull;
 }
 
 }  // namespace tern

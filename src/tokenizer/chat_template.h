@@ -26,8 +26,8 @@ class ChatTemplateError : public Error {
 // one (as OpenAI clients send it); the string is parsed first.
 std::string render_chat(const nlohmann::ordered_json& request);
 
-// Whether a checkpoint's chat template source is the Qwen3.5 one that
-// render_chat implements (callers warn when it is not).
+// Whether a checkpoint's chat template source is exactly the Qwen3.5 one
+// that render_chat implements (callers warn when it is not).
 bool is_qwen35_chat_template(std::string_view source);
 
 }  // namespace tern
