@@ -11,17 +11,41 @@
 
 namespace tern {
 
-std::string nfc(std::string_view text) {
-  bool ascii = true;
-  for (char c : text) ascii &= uint8_t(c) < 0x80;
-  if (ascii) return std::string(text);  // ASCII is always in NFC
+namespace {
+
+void append_nfc(std::string& out, std::string_view text) {
   utf8proc_uint8_t* dst = nullptr;
   auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                         utf8proc_ssize_t(text.size()), &dst,
                         utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) fail("NFC normalisation failed: {}", utf8proc_errmsg(n));
-  std::string out(reinterpret_cast<char*>(dst), size_t(n));
+  out.append(reinterpret_cast<char*>(dst), size_t(n));
   std::free(dst);
+}
+
+}  // namespace
+
+std::string nfc(std::string_view text) {
+  // Normalisation never crosses the boundary before an ASCII character (a
+  // starter that composes with nothing before it), so only the non-ASCII runs
+  // and the character before each need utf8proc.
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t run = i;
+    while (run < text.size() && uint8_t(text[run]) < 0x80) ++run;
+    if (run == text.size()) {
+      out.append(text.substr(i));
+      break;
+    }
+    size_t start = run > i ? run - 1 : run;
+    out.append(text.substr(i, start - i));
+    size_t end = run;
+    while (end < text.size() && uint8_t(text[end]) >= 0x80) ++end;
+    append_nfc(out, text.substr(start, end - start));
+    i = end;
+  }
   return out;
 }
 

@@ -169,6 +169,7 @@ void Tokenizer::Impl::load_model(const json& m) {
   if (!vocab.is_object()) fail("tokenizer.json: model.vocab must be an object");
   StringMap<int32_t> by_bytes;
   by_bytes.reserve(vocab.size());
+  ids.reserve(vocab.size());
   for (const auto& [text, id_json] : vocab.items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > INT32_MAX)
