@@ -146,7 +146,8 @@ pcre2_match_context* big_stack_context() {
 
 }  // namespace
 
-void SplitRegex::split(std::string_view text, std::vector<std::string_view>& out) const {
+void SplitRegex::split(std::string_view text,
+                       const std::function<void(std::string_view)>& emit) const {
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(code_->re, nullptr), pcre2_match_data_free);
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -166,11 +167,11 @@ void SplitRegex::split(std::string_view text, std::vector<std::string_view>& out
       while (pos < text.size() && (uint8_t(text[pos]) & 0xC0) == 0x80) ++pos;
       continue;
     }
-    if (start > gap) out.push_back(text.substr(gap, start - gap));
-    out.push_back(text.substr(start, end - start));
+    if (start > gap) emit(text.substr(gap, start - gap));
+    emit(text.substr(start, end - start));
     gap = pos = end;
   }
-  if (gap < text.size()) out.push_back(text.substr(gap));
+  if (gap < text.size()) emit(text.substr(gap));
 }
 
 }  // namespace tern

@@ -2,10 +2,10 @@
 // pre-tokenizer of tokenizer.json (compiled with PCRE2).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace tern {
 
@@ -27,8 +27,8 @@ class SplitRegex {
   SplitRegex(SplitRegex&&) noexcept;
   SplitRegex& operator=(SplitRegex&&) noexcept;
 
-  // Appends the pieces of `text` (valid UTF-8) to `out`.
-  void split(std::string_view text, std::vector<std::string_view>& out) const;
+  // Calls emit(piece) for each piece of `text` (valid UTF-8), in order.
+  void split(std::string_view text, const std::function<void(std::string_view)>& emit) const;
 
  private:
   struct Code;

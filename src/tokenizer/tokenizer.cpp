@@ -111,7 +111,8 @@ struct Tokenizer::Impl {
   void load_pre_tokenizer(const json& p);
   void load_model(const json& m);
   void load_added(const json& added);
-  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // Pre-tokenizes with splits[split...] and encodes each piece.
+  void encode_plain(std::string_view text, std::vector<int32_t>& out, size_t split = 0) const;
 };
 
 void Tokenizer::Impl::load_normalizer(const json& n) {
@@ -237,15 +238,13 @@ void Tokenizer::Impl::load_added(const json& added) {
   }
 }
 
-void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<std::string_view> pieces{text}, next;
-  for (const SplitRegex& s : splits) {
-    next.clear();
-    for (std::string_view p : pieces) s.split(p, next);
-    pieces.swap(next);
+void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& out,
+                                   size_t split) const {
+  if (split == splits.size()) {
+    if (!text.empty()) bpe->encode(text, out);
+    return;
   }
-  for (std::string_view p : pieces)
-    if (!p.empty()) bpe->encode(p, out);
+  splits[split].split(text, [&](std::string_view piece) { encode_plain(piece, out, split + 1); });
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -177,7 +177,7 @@ TEST(OnigToPcre2, WhitespaceFollowsOniguruma) {
       "a\xE1\xA0\x8E"
       "b\xC2\x85"
       "c",
-      pieces);
+      [&](std::string_view piece) { pieces.push_back(piece); });
   EXPECT_EQ(pieces, (std::vector<std::string_view>{"a\xE1\xA0\x8E"
                                                    "b",
                                                    "\xC2\x85", "c"}));
