@@ -54,8 +54,8 @@ bool truthy(const ojson* v) {
   if (v == nullptr || v->is_null()) return false;
   if (v->is_boolean()) return v->get<bool>();
   if (v->is_number()) return v->get<double>() != 0;
-  if (v->is_string() || v->is_array() || v->is_object()) return !v->empty();
-  return true;
+  if (v->is_string()) return !v->get_ref<const std::string&>().empty();
+  return !v->empty();  // arrays and objects
 }
 
 // `message.role == name`.
@@ -196,8 +196,11 @@ std::string render_chat(const ojson& request) {
   const ojson* messages = attr(&request, "messages");
   if (!truthy(messages)) reject("No messages provided.");
   if (!messages->is_array()) reject("messages must be a list.");
+  // The template iterates any non-empty "tools" that is not a mapping; a
+  // string's characters are no tool list, so that case is refused.
   const ojson* tools = attr(&request, "tools");
-  if (tools != nullptr && !tools->is_null() && !tools->is_array()) reject("tools must be a list.");
+  if (truthy(tools) && tools->is_string()) reject("tools must be a list.");
+  bool has_tools = truthy(tools) && tools->is_array();
   const ojson* thinking = attr(&request, "enable_thinking");
   Renderer render(truthy(attr(&request, "add_vision_id")));
   const ojson& msgs = *messages;
@@ -205,7 +208,7 @@ std::string render_chat(const ojson& request) {
 
   std::string out;
   bool first_is_system = role_is(msgs[0], "system");
-  if (truthy(tools)) {
+  if (has_tools) {
     out += "<|im_start|>system\n";
     out += kToolsHeader;
     for (const ojson& tool : *tools) out += "\n" + py::json_dumps(tool);

@@ -100,11 +100,11 @@ struct Tokenizer::Impl {
   bool nfc = false;
   std::vector<SplitRegex> splits;
   std::unique_ptr<Bpe> bpe;
-  AddedMatcher raw_added;   // matched on the text as given
-  AddedMatcher norm_added;  // "normalized": true, matched after normalisation
-  std::vector<std::string> bytes;
-  std::vector<uint8_t> special;
-  StringMap<int32_t> ids;
+  AddedMatcher raw_added;          // matched on the text as given
+  AddedMatcher norm_added;         // "normalized": true, matched after normalisation
+  std::vector<std::string> bytes;  // per id: the bytes it decodes to
+  std::vector<uint8_t> special;    // per id: 1 for special added tokens
+  StringMap<int32_t> ids;          // token as written in tokenizer.json -> id
   std::string chat_template, eos;
 
   void load_normalizer(const json& n);
@@ -215,8 +215,9 @@ void Tokenizer::Impl::load_added(const json& added) {
   for (const json& t : added) {
     const json& content = member(t, "content");
     const json& id_json = member(t, "id");
-    if (!content.is_string() || content.empty() || !id_json.is_number_integer() ||
-        id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > INT32_MAX)
+    if (!content.is_string() || content.get_ref<const std::string&>().empty() ||
+        !id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+        id_json.get<int64_t>() > INT32_MAX)
       fail("tokenizer.json: an added token needs a non-empty 'content' and an 'id'");
     const auto& text = content.get_ref<const std::string&>();
     if (utf8::find_invalid(text) != std::string::npos)

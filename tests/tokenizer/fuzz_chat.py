@@ -114,9 +114,11 @@ def conversation(r):
     if r.random() < 0.5:
         req["tools"] = [{"type": "function", "function": {"name": "get_weather", "description": text(r),
                                                           "parameters": value(r)}} for _ in range(r.randint(0, 2))]
-    req["add_generation_prompt"] = r.random() < 0.7
+    elif r.random() < 0.1:  # values the template treats loosely
+        req["tools"] = r.choice([{}, {"name": "f"}, "", 5, None, []])
+    req["add_generation_prompt"] = r.random() < 0.7 if r.random() < 0.9 else r.choice(["", "yes", 0, 1, None, [], [0]])
     if r.random() < 0.6:
-        req["enable_thinking"] = r.random() < 0.5
+        req["enable_thinking"] = r.random() < 0.5 if r.random() < 0.9 else r.choice([0, None, "", "false"])
     if r.random() < 0.2:
         req["add_vision_id"] = True
     return req

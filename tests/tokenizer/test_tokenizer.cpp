@@ -272,6 +272,9 @@ TEST(Tokenizer, UnsupportedOrMalformedFilesAreErrors) {
   t["added_tokens"][0]["lstrip"] = true;
   expect_error(t, "lstrip");
   t = tiny();
+  t["added_tokens"][1]["content"] = "";
+  expect_error(t, "non-empty");
+  t = tiny();
   t["decoder"] = nullptr;
   expect_error(t, "decoder");
   t = tiny();
