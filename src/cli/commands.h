@@ -14,5 +14,7 @@ Runner add_make_dummy(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_score(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_render_chat(CLI::App& app);
 
 }  // namespace tern::cli
