@@ -4,11 +4,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
 
 namespace tern::cli {
 
@@ -20,6 +24,7 @@ struct RunOptions {
   int max_tokens = 64;
   int64_t chunk = 512;
   bool ignore_eos = false;
+  bool chat = false, no_thinking = false;
   SamplingParams sampling;
 };
 
@@ -29,14 +34,41 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The prompt's ids: --prompt-ids as given, or --prompt encoded (as a single
+// user turn of the chat template with --chat).
+std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
+  if (o.prompt.empty() == o.prompt_ids.empty())
+    fail("give exactly one of --prompt and --prompt-ids");
+  if (!o.prompt_ids.empty()) return o.prompt_ids;
+  if (!tok) fail("{} has no tokenizer.json: give the prompt as --prompt-ids", o.model);
+  if (!o.chat) return tok->encode(o.prompt);
+  nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}},
+                                {"add_generation_prompt", true}};
+  if (o.no_thinking) req["enable_thinking"] = false;
+  return tok->encode(render_chat(req));
+}
+
+std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer* tok) {
+  std::vector<int32_t> ids(c.eos_ids.begin(), c.eos_ids.end());
+  if (tok)
+    for (const char* t : {"<|im_end|>", "<|endoftext|>"})
+      if (auto id = tok->token_id(t)) ids.push_back(*id);
+  return ids;
+}
+
 int run_generation(const RunOptions& o) {
-  if (o.prompt_ids.empty()) fail("give the prompt as --prompt-ids (token ids)");
+  std::optional<Tokenizer> tok;
+  if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json"))
+    tok.emplace(Tokenizer::load(o.model));
+  std::vector<int32_t> history = prompt_ids(o, tok ? &*tok : nullptr);
   auto weights = load_model(o.model, weight_mode_from_name(o.weights));
   auto backend = make_backend(o.backend, weights);
-  const ModelConfig& c = backend->config();
+  const std::vector<int32_t> stops = stop_ids(backend->config(), tok ? &*tok : nullptr);
   Sampler sampler(o.sampling);
   auto seq = backend->new_sequence();
-  std::vector<int32_t> history = o.prompt_ids;
+  std::optional<StreamDecoder> text;
+  if (tok) text.emplace(*tok);
+  const size_t n_prompt = history.size();
   std::vector<float> logits;
 
   const auto t0 = Clock::now();
@@ -51,9 +83,12 @@ int run_generation(const RunOptions& o) {
   for (; generated < o.max_tokens; ++generated) {
     const int32_t next = sampler.sample(logits, history);
     history.push_back(next);
-    std::printf("%d ", next);
+    const bool stop = std::count(stops.begin(), stops.end(), next) > 0;
+    if (text)
+      std::fputs(text->push(next).c_str(), stdout);
+    else
+      std::printf("%d ", next);
     std::fflush(stdout);
-    const bool stop = std::count(c.eos_ids.begin(), c.eos_ids.end(), next) > 0;
     if ((stop && !o.ignore_eos) || generated + 1 == o.max_tokens) {
       ++generated;
       break;
@@ -61,11 +96,11 @@ int run_generation(const RunOptions& o) {
     backend->forward(*seq, std::span(&history.back(), 1), Logits::last, logits);
   }
   const double decode_s = seconds_since(t1);
-  std::printf("\n");
+  std::printf("%s\n", text ? text->finish().c_str() : "");
   std::fprintf(
       stderr,
       "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
-      o.prompt_ids.size(), prefill_s, double(o.prompt_ids.size()) / prefill_s, generated, decode_s,
+      n_prompt, prefill_s, double(n_prompt) / prefill_s, generated, decode_s,
       generated / std::max(decode_s, 1e-9));
   return 0;
 }
@@ -76,7 +111,10 @@ Runner add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate a completion for a prompt");
   auto o = std::make_shared<RunOptions>();
   cmd->add_option("--model", o->model, "Checkpoint folder")->required();
+  cmd->add_option("--prompt", o->prompt, "Prompt text (needs tokenizer.json in the model folder)");
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids")->delimiter(',');
+  cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user turn of the chat template");
+  cmd->add_flag("--no-thinking", o->no_thinking, "With --chat: an empty think block");
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--weights", o->weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));

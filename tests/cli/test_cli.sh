@@ -37,6 +37,16 @@ for i in 1 2; do
 done
 cmp -s "$W/s1" "$W/s2" && ok || bad "seeded sampling not repeatable"
 
+# Text in, text out, with the Qwen3 tokenizer copied into the checkpoint.
+TOK="$(cd "$(dirname "$0")/../../../shared/fixtures/tokenizer/qwen3" && pwd)"
+"$TERN" make-dummy --preset tiny --seed 3 --out "$W/tok" --tokenizer "$TOK" 2>/dev/null || bad "make-dummy --tokenizer"
+"$TERN" run --model "$W/tok" --prompt "Hello, world" --max-tokens 6 --ignore-eos >"$W/text" 2>"$W/text.err" && ok || bad "run --prompt"
+grep -q "prompt: 3 tokens" "$W/text.err" && ok || bad "prompt not tokenized to 3 ids: $(cat "$W/text.err")"
+"$TERN" run --model "$W/tok" --prompt "Hi" --chat --no-thinking --max-tokens 2 --ignore-eos >/dev/null 2>"$W/chat.err" && ok || bad "run --chat"
+grep -q "prompt: 13 tokens" "$W/chat.err" && ok || bad "chat prompt length: $(cat "$W/chat.err")"
+expect_error "text without tokenizer" "has no tokenizer.json" "$TERN" run --model "$W/tiny" --prompt "Hello"
+expect_error "both prompts" "exactly one of" "$TERN" run --model "$W/tok" --prompt "Hello" --prompt-ids 1
+
 # score against the transformers fixture prints the agreement line.
 python3 -c "import json,sys; json.dump(json.load(open('$GOLDEN/tokens.json'))[1], open('$W/t.json','w'))"
 "$TERN" score --model "$GOLDEN/mlx4" --tokens "$W/t.json" --out "$W/l.npy" --chunk 7 \
@@ -51,7 +61,7 @@ PY
 
 # Bad input.
 expect_error "missing model" "does not exist" "$TERN" run --model "$W/nope" --prompt-ids 1
-expect_error "no prompt" "--prompt" "$TERN" run --model "$W/tiny"
+expect_error "no prompt" "exactly one of --prompt and --prompt-ids" "$TERN" run --model "$W/tiny"
 expect_error "token out of range" "outside the vocabulary" "$TERN" run --model "$W/tiny" --prompt-ids 1,99999
 echo '[1, 2' >"$W/bad.json"
 expect_error "malformed tokens" "invalid JSON" "$TERN" score --model "$W/tiny" --tokens "$W/bad.json" --out "$W/x.npy"
