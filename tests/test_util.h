@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "model/dummy.h"
+#include "model/quant.h"
 
 namespace tern::test {
 
@@ -41,6 +43,19 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1
   std::vector<float> v(n);
   for (float& x : v) x = rng.normal() * scale;
   return v;
+}
+
+// A random bf16 matrix [rows, cols] and its dense QTensor view (of `storage`).
+inline QTensor random_bf16_matrix(int64_t rows, int64_t cols, uint64_t seed, float scale,
+                                  std::vector<uint16_t>& storage) {
+  std::vector<float> w = random_vector(size_t(rows * cols), seed, scale);
+  storage.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) storage[i] = f32_to_bf16(w[i]);
+  QTensor d;
+  d.rows = rows;
+  d.cols = cols;
+  d.data = reinterpret_cast<const uint8_t*>(storage.data());
+  return d;
 }
 
 inline float max_abs(const std::vector<float>& v) {

@@ -19,13 +19,8 @@ class CpuMatmul : public testing::TestWithParam<int64_t> {};
 
 TEST_P(CpuMatmul, MatchesDoubleReferenceForEachFormat) {
   const int64_t rows = 37, cols = 192, T = GetParam();
-  std::vector<float> w = test::random_vector(size_t(rows * cols), 1, 0.1f);
-  std::vector<uint16_t> dense(w.size());
-  for (size_t i = 0; i < w.size(); ++i) dense[i] = f32_to_bf16(w[i]);
-  QTensor d;
-  d.rows = rows;
-  d.cols = cols;
-  d.data = reinterpret_cast<const uint8_t*>(dense.data());
+  std::vector<uint16_t> storage;
+  QTensor d = test::random_bf16_matrix(rows, cols, 1, 0.1f, storage);
   QuantBuffer q4 = quantize_matrix(d, 4, 64), q8 = quantize_matrix(d, 8, 64);
   std::vector<float> x = test::random_vector(size_t(T * cols), 2);
   for (QTensor m : {d, q4.view(rows, cols, 4, 64), q8.view(rows, cols, 8, 64)}) {

@@ -25,14 +25,10 @@ TEST(Quant, PackingIsLsbFirst) {
 TEST(Quant, RoundTripErrorWithinHalfStep) {
   for (int bits : {4, 8}) {
     const int64_t rows = 7, cols = 256;
-    std::vector<float> w = test::random_vector(size_t(rows * cols), 11 + bits);
-    for (float& x : w) x = round_bf16(x);
-    std::vector<uint16_t> dense(w.size());
-    for (size_t i = 0; i < w.size(); ++i) dense[i] = f32_to_bf16(w[i]);
-    QTensor d;
-    d.rows = rows;
-    d.cols = cols;
-    d.data = reinterpret_cast<const uint8_t*>(dense.data());
+    std::vector<uint16_t> storage;
+    QTensor d = test::random_bf16_matrix(rows, cols, 11 + bits, 1.0f, storage);
+    std::vector<float> w(storage.size());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(storage[i]);
     QuantBuffer qb = quantize_matrix(d, bits, 64);
     QTensor q = qb.view(rows, cols, bits, 64);
     EXPECT_EQ(q.bytes(), size_t(rows * cols * bits / 8 + rows * (cols / 64) * 4));
