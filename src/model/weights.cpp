@@ -49,9 +49,11 @@ class Loader {
         fail("{}: unknown tensor {} in {} (layout {})", st_.dir(), n, st_.get(n).file, mw_.layout);
       mw_.skipped.push_back(n);
     }
-    if (!mw_.skipped.empty())
+    if (!mw_.skipped.empty()) {
       spdlog::info("skipped {} tensors not used by the text model (vision tower, MTP), e.g. {}",
                    mw_.skipped.size(), mw_.skipped.front());
+      for (const std::string& n : mw_.skipped) spdlog::debug("skipped tensor {}", n);
+    }
   }
 
  private:

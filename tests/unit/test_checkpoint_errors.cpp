@@ -207,6 +207,42 @@ TEST(Loader, QuantisedTensorsMustAgreeWithTheConfig) {
   EXPECT_ERROR_HAS(load_model(d, WeightMode::q4), "not 4- or 8-bit");
 }
 
+// Random damage to a real checkpoint's header and length: every outcome is a
+// clean load or a tern::Error, never a crash.
+TEST(Loader, RandomCorruptionNeverCrashes) {
+  const std::string src = test::tiny_checkpoint(Layout::mlx4);
+  const std::string d = test::scratch_dir("corrupt");
+  fs::copy(src, d, fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  const std::string f = d + "/model.safetensors";
+  std::string original;
+  {
+    std::ifstream in(src + "/model.safetensors", std::ios::binary);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, original.data(), 8);
+  CounterRng rng(17);
+  int errors = 0;
+  for (int i = 0; i < 120; ++i) {
+    std::string damaged = original;
+    if (i % 4 == 3) {
+      damaged.resize(size_t(rng.next_u64() % original.size()));
+    } else {
+      for (int k = 0; k < 1 + i % 3; ++k) {
+        const size_t at = size_t(rng.next_u64() % (8 + header_len));
+        damaged[at] = char(rng.next_u64() & 0xff);
+      }
+    }
+    std::ofstream(f, std::ios::binary) << damaged;
+    try {
+      load_model(d, WeightMode::q4);
+    } catch (const Error&) {
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 60);
+}
+
 TEST(Loader, QuantisedCheckpointNeedsQ4) {
   EXPECT_ERROR_HAS(load_model(test::tiny_checkpoint(Layout::mlx4), WeightMode::bf16),
                    "--weights bf16 needs a bf16 checkpoint");
