@@ -14,5 +14,6 @@ Runner add_make_dummy(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_score(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace tern::cli

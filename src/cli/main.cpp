@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(tern::cli::add_convert);
   add(tern::cli::add_score);
   add(tern::cli::add_run);
+  add(tern::cli::add_bench);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("tern"));
