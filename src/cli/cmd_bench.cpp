@@ -29,7 +29,7 @@ struct BenchOptions {
   std::string command;
 };
 
-std::vector<int64_t> parse_lengths(const std::string& s) {
+[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s) {
   std::vector<int64_t> v;
   std::stringstream ss(s);
   std::string item;
@@ -46,14 +46,14 @@ std::vector<int64_t> parse_lengths(const std::string& s) {
   return v;
 }
 
-double median(std::vector<double> v) {
+[[maybe_unused]] double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // tok/s against context length, log2 x axis, written by hand.
-void write_svg(const std::string& path, const nlohmann::json& rows) {
+[[maybe_unused]] void write_svg(const std::string& path, const nlohmann::json& rows) {
   const double W = 720, H = 420, L = 70, R = 20, T = 30, B = 50;
   double ymax = 0;
   for (const auto& r : rows) ymax = std::max({ymax, r["tok_s"].get<double>(), r["floor_tok_s"].get<double>()});
