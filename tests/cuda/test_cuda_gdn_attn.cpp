@@ -29,15 +29,18 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
   const int key_dim = Hk * d, C = 2 * key_dim + Hv * d;
   const auto conv = randn(size_t(C), g), z = randn(size_t(Hv * d), g), b = randn(size_t(Hv), g),
              a = randn(size_t(Hv), g);
-  std::vector<float> a_log(static_cast<size_t>(Hv)), dt(static_cast<size_t>(Hv)), norm(static_cast<size_t>(d));
+  std::vector<float> a_log(static_cast<size_t>(Hv)), dt(static_cast<size_t>(Hv)),
+      norm(static_cast<size_t>(d));
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int n = 0; n < Hv; ++n) a_log[size_t(n)] = std::log(1.0f + 15.0f * u(g)), dt[size_t(n)] = 2 * u(g) - 1;
+  for (int n = 0; n < Hv; ++n)
+    a_log[size_t(n)] = std::log(1.0f + 15.0f * u(g)), dt[size_t(n)] = 2 * u(g) - 1;
   for (float& w : norm) w = 0.9f + 0.2f * u(g);
   auto S = randn(size_t(Hv) * d * d, g, 0.1f);
   auto dconv = to_dev(conv), dz = to_dev(z), db = to_dev(b), da = to_dev(a), dal = to_dev(a_log),
-       ddt = to_dev(dt), dnorm = to_dev(norm), dS = to_dev(S), dy = to_dev(std::vector<float>(size_t(Hv * d)));
+       ddt = to_dev(dt), dnorm = to_dev(norm), dS = to_dev(S),
+       dy = to_dev(std::vector<float>(size_t(Hv * d)));
   cuda::GdnStepArgs args{dconv.get(), dz.get(), db.get(), da.get(), dal.get(), ddt.get(),
-                         dnorm.get(), 1e-6f, dS.get(), dy.get(), Hk, Hv};
+                         dnorm.get(), 1e-6f,    dS.get(), dy.get(), Hk,        Hv};
   ASSERT_EQ(cuda::gdn_step(args, nullptr), cudaSuccess);
 
   std::vector<float> y(size_t(Hv * d));
@@ -51,7 +54,8 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
     const float beta = cpu::sigmoid(b[size_t(n)]);
     const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
     std::vector<float> o(static_cast<size_t>(d));
-    cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d], o.data());
+    cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
+                              o.data());
     cpu::rms_norm(o.data(), norm.data(), d, 1e-6f, &y[size_t(n * d)]);
     for (int j = 0; j < d; ++j) y[size_t(n * d + j)] *= cpu::silu(z[size_t(n * d + j)]);
   }
@@ -75,18 +79,23 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
   std::mt19937 g(uint32_t(H + KV * 3 + pos));
   const auto qkv = randn(size_t(2 * H * hd + 2 * KV * hd), g);
   std::vector<float> qn(hd), kn(hd);
-  for (int i = 0; i < hd; ++i) qn[size_t(i)] = 1 + 0.1f * randn(1, g)[0], kn[size_t(i)] = 1 + 0.1f * randn(1, g)[0];
+  for (int i = 0; i < hd; ++i)
+    qn[size_t(i)] = 1 + 0.1f * randn(1, g)[0], kn[size_t(i)] = 1 + 0.1f * randn(1, g)[0];
   std::vector<uint16_t> kc(size_t(KV) * cap * hd), vc(kc.size());
-  for (size_t i = 0; i < kc.size(); ++i) kc[i] = f32_to_bf16(randn(1, g)[0]), vc[i] = f32_to_bf16(randn(1, g)[0]);
+  for (size_t i = 0; i < kc.size(); ++i)
+    kc[i] = f32_to_bf16(randn(1, g)[0]), vc[i] = f32_to_bf16(randn(1, g)[0]);
   auto dqkv = to_dev(qkv), dqn = to_dev(qn), dkn = to_dev(kn);
   auto dk = to_dev(kc), dv = to_dev(vc);
-  auto dq = to_dev(std::vector<float>(size_t(H * hd))), dout = to_dev(std::vector<float>(size_t(H * hd)));
+  auto dq = to_dev(std::vector<float>(size_t(H * hd))),
+       dout = to_dev(std::vector<float>(size_t(H * hd)));
   const int splits = cuda::attn_splits(n);
   auto dpart = to_dev(std::vector<float>(size_t(H) * splits * (hd + 2)));
   auto dpos = to_dev(std::vector<int>{pos});
-  cuda::AttnPrepArgs p{dqkv.get(), dqn.get(), dkn.get(), 1e-6f, dq.get(), dk.get(), dv.get(), dpos.get(), H, KV, rot, cap, theta};
+  cuda::AttnPrepArgs p{dqkv.get(), dqn.get(), dkn.get(), 1e-6f, dq.get(), dk.get(), dv.get(),
+                       dpos.get(), H,         KV,        rot,   cap,      theta};
   ASSERT_EQ(cuda::attn_prep(p, nullptr), cudaSuccess);
-  cuda::AttnDecodeArgs d{dq.get(), dk.get(), dv.get(), dpos.get(), dqkv.get(), dpart.get(), dout.get(), H, KV, cap, splits};
+  cuda::AttnDecodeArgs d{dq.get(),   dk.get(), dv.get(), dpos.get(), dqkv.get(), dpart.get(),
+                         dout.get(), H,        KV,       cap,        splits};
   ASSERT_EQ(cuda::attn_decode(d, nullptr), cudaSuccess);
 
   // CPU twin: new k, v rounded to bf16 as the cache stores them.
@@ -96,7 +105,8 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
     cpu::apply_rope(k.data(), rot, theta, pos);
     for (int i = 0; i < hd; ++i) {
       kc[(size_t(h) * cap + pos) * hd + i] = f32_to_bf16(k[size_t(i)]);
-      vc[(size_t(h) * cap + pos) * hd + i] = f32_to_bf16(qkv[size_t(2 * H * hd + KV * hd + h * hd + i)]);
+      vc[(size_t(h) * cap + pos) * hd + i] =
+          f32_to_bf16(qkv[size_t(2 * H * hd + KV * hd + h * hd + i)]);
     }
   }
   std::vector<float> ref(size_t(H * hd));
@@ -109,14 +119,16 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
     double mx = -1e30, sum = 0;
     for (int j = 0; j < n; ++j) {
       double dot = 0;
-      for (int i = 0; i < hd; ++i) dot += q[size_t(i)] * bf16_to_f32(kc[(size_t(kvh) * cap + j) * hd + i]);
+      for (int i = 0; i < hd; ++i)
+        dot += q[size_t(i)] * bf16_to_f32(kc[(size_t(kvh) * cap + j) * hd + i]);
       s[size_t(j)] = dot / 16.0;
       mx = std::max(mx, s[size_t(j)]);
     }
     for (double& x : s) sum += (x = std::exp(x - mx));
     for (int i = 0; i < hd; ++i) {
       double o = 0;
-      for (int j = 0; j < n; ++j) o += s[size_t(j)] * bf16_to_f32(vc[(size_t(kvh) * cap + j) * hd + i]);
+      for (int j = 0; j < n; ++j)
+        o += s[size_t(j)] * bf16_to_f32(vc[(size_t(kvh) * cap + j) * hd + i]);
       ref[size_t(h * hd + i)] = float(o / sum) * cpu::sigmoid(qkv[size_t(2 * h * hd + hd + i)]);
     }
   }
@@ -125,8 +137,8 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
-                         ::testing::Values(AttnCase{4, 2, 0}, AttnCase{4, 2, 77}, AttnCase{16, 2, 300},
-                                           AttnCase{16, 2, 5000}));
+                         ::testing::Values(AttnCase{4, 2, 0}, AttnCase{4, 2, 77},
+                                           AttnCase{16, 2, 300}, AttnCase{16, 2, 5000}));
 
 }  // namespace
 }  // namespace tern::test

@@ -24,21 +24,25 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   const auto [rows, cols, bits] = GetParam();
   std::mt19937 g(uint32_t(rows * 7 + cols + bits));
   TestMat W(rows, cols, bits, g, 0.05f);
-  const auto x = randn(size_t(cols), g), nw = randn(size_t(cols), g, 0.1f), y0 = randn(size_t(rows), g);
+  const auto x = randn(size_t(cols), g), nw = randn(size_t(cols), g, 0.1f),
+             y0 = randn(size_t(rows), g);
   std::vector<float> normw(nw.size());
   for (size_t i = 0; i < nw.size(); ++i) normw[i] = 1.0f + nw[i];
   auto dx = to_dev(x), dn = to_dev(normw), dy = to_dev(y0);
 
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
-  ASSERT_EQ(cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}}, nullptr), cudaSuccess);
+  ASSERT_EQ(cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}}, nullptr),
+            cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
 
   cpu::rms_norm(x.data(), normw.data(), cols, 1e-6f, xn.data());
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += got[i];
-  ASSERT_EQ(cuda::gemv({W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}}, nullptr), cudaSuccess);
+  ASSERT_EQ(
+      cuda::gemv({W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}}, nullptr),
+      cudaSuccess);
   got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "norm + add";
 }
@@ -65,8 +69,10 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   std::vector<float> normw(static_cast<size_t>(D));
   for (float& w : normw) w = 1.0f + 0.1f * randn(1, g)[0];
   auto dh = to_dev(h), dn = to_dev(normw);
-  auto da = to_dev(std::vector<float>(static_cast<size_t>(D))), dl = to_dev(std::vector<float>(size_t(E + 1)));
-  auto dwts = to_dev(std::vector<float>(size_t(k + 1))), dact = to_dev(std::vector<float>(size_t((k + 1) * I)));
+  auto da = to_dev(std::vector<float>(static_cast<size_t>(D))),
+       dl = to_dev(std::vector<float>(size_t(E + 1)));
+  auto dwts = to_dev(std::vector<float>(size_t(k + 1))),
+       dact = to_dev(std::vector<float>(size_t((k + 1) * I)));
   auto dids = to_dev(std::vector<int>(static_cast<size_t>(k)));
   auto dcnt = to_dev(std::vector<unsigned>(1, 0u));
 
@@ -77,7 +83,8 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   const cpu::Route route = cpu::route_token(logits.data(), E, k, true);
   std::vector<float> wts = route.weights;
   wts.push_back(cpu::sigmoid(logits[size_t(E)]));
-  std::vector<float> act(size_t((k + 1) * I)), out = h, y(static_cast<size_t>(D)), gg(static_cast<size_t>(I)), uu(static_cast<size_t>(I));
+  std::vector<float> act(size_t((k + 1) * I)),
+      out = h, y(static_cast<size_t>(D)), gg(static_cast<size_t>(I)), uu(static_cast<size_t>(I));
   for (int s = 0; s <= k; ++s) {
     const int e = s < k ? route.experts[size_t(s)] : E;
     cpu::matmul(GU.host.row_slice(int64_t(e) * 2 * I, I), a.data(), 1, gg.data());
@@ -88,7 +95,8 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   }
 
   for (int rep = 0; rep < 2; ++rep) {  // the second call checks the counter reset
-    cuda::RouterArgs ra{R.dev, dh.get(), dn.get(), 1e-6f, da.get(), dl.get(), dcnt.get(), dids.get(), dwts.get(), k};
+    cuda::RouterArgs ra{R.dev,    dh.get(),   dn.get(),   1e-6f,      da.get(),
+                        dl.get(), dcnt.get(), dids.get(), dwts.get(), k};
     ASSERT_EQ(cuda::router(ra, nullptr), cudaSuccess);
   }
   const auto ids = to_host(dids.get(), size_t(k));
@@ -96,9 +104,12 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   EXPECT_LE(max_diff(to_host(dwts.get(), size_t(k + 1)), wts), 1e-5f);
   EXPECT_LE(max_diff(to_host(da.get(), size_t(D)), a), 1e-5f * max_abs(a));
 
-  ASSERT_EQ(cuda::experts_up({GU.dev, da.get(), dids.get(), dact.get(), E, k, I}, nullptr), cudaSuccess);
+  ASSERT_EQ(cuda::experts_up({GU.dev, da.get(), dids.get(), dact.get(), E, k, I}, nullptr),
+            cudaSuccess);
   EXPECT_LE(max_diff(to_host(dact.get(), act.size()), act), kRel * 4 * max_abs(act));
-  ASSERT_EQ(cuda::experts_down({DN.dev, dact.get(), dids.get(), dwts.get(), dh.get(), E, k}, nullptr), cudaSuccess);
+  ASSERT_EQ(
+      cuda::experts_down({DN.dev, dact.get(), dids.get(), dwts.get(), dh.get(), E, k}, nullptr),
+      cudaSuccess);
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), out), kRel * 4 * max_abs(out));
 }
 

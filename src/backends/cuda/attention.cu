@@ -145,11 +145,20 @@ int attn_splits(int64_t n) {
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
   const dim3 grid(a.kv_heads, a.splits);
   switch (a.heads / a.kv_heads) {
-    case 1: attn_split_kernel<1><<<grid, kWarps * 32, 0, st>>>(a); break;
-    case 2: attn_split_kernel<2><<<grid, kWarps * 32, 0, st>>>(a); break;
-    case 4: attn_split_kernel<4><<<grid, kWarps * 32, 0, st>>>(a); break;
-    case 8: attn_split_kernel<8><<<grid, kWarps * 32, 0, st>>>(a); break;
-    default: return cudaErrorInvalidValue;
+    case 1:
+      attn_split_kernel<1><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 2:
+      attn_split_kernel<2><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 4:
+      attn_split_kernel<4><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 8:
+      attn_split_kernel<8><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   attn_combine_kernel<<<a.heads, kD, 0, st>>>(a);

@@ -11,7 +11,9 @@ namespace tern::cuda {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float bf(const __nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bf(const __nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -36,7 +38,11 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
   return warp_sum(v);
 }
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float siluf(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float siluf(float x) {
+  return x / (1.0f + expf(-x));
+}
 
 }  // namespace tern::cuda

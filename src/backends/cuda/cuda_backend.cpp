@@ -29,7 +29,9 @@ CudaBackend::CudaBackend(std::shared_ptr<const ModelWeights> w) : w_(DeviceWeigh
   init();
 }
 
-CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) { init(); }
+CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
+  init();
+}
 
 CudaBackend::~CudaBackend() {
   for (void* p : bufs_) cudaFree(p);
@@ -92,7 +94,8 @@ std::unique_ptr<Sequence> CudaBackend::new_sequence() {
 void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   const ModelConfig& c = w_->cfg;
   if (n <= s.capacity) return;
-  if (n > c.max_positions) fail("sequence of {} tokens exceeds the model's {} positions", n, c.max_positions);
+  if (n > c.max_positions)
+    fail("sequence of {} tokens exceeds the model's {} positions", n, c.max_positions);
   int cap = std::max(s.capacity, 1);
   while (cap < n) cap *= 2;
   cap = std::min(cap, c.max_positions);
@@ -104,9 +107,10 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
       check(cudaMalloc(&p, size_t(c.n_kv_heads) * cap * row), "KV cache");
       uint16_t*& old = (*cache)[size_t(i)];
       if (old != nullptr) {
-        check(cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row,
-                           size_t(s.length()) * row, size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
-              "KV grow");
+        check(
+            cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row,
+                         size_t(s.length()) * row, size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
+            "KV grow");
         cudaFree(old);
       }
       old = p;
@@ -126,34 +130,43 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     const DevLayer& L = W.layers[size_t(i)];
     if (L.type == LayerType::linear_attention) {
       const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;
-      GemvArgs in{L.in_proj, h_, L.in_norm, c.rms_eps, proj_, GemvOut::conv,
+      GemvArgs in{L.in_proj,
+                  h_,
+                  L.in_norm,
+                  c.rms_eps,
+                  proj_,
+                  GemvOut::conv,
                   ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
       check(gemv(in, st), "gdn in-proj");
-      GdnStepArgs g{convout_, proj_ + C, proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
-                    L.gnorm, c.rms_eps, s.S[size_t(i)], gdn_y_, c.lin_k_heads, Hv};
+      GdnStepArgs g{convout_,       proj_ + C, proj_ + C + Vd, proj_ + C + Vd + Hv,
+                    L.a_log,        L.dt_bias, L.gnorm,        c.rms_eps,
+                    s.S[size_t(i)], gdn_y_,    c.lin_k_heads,  Hv};
       check(gdn_step(g, st), "gdn step");
       check(gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st), "gdn out");
     } else {
       check(gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}}, st), "qkv");
-      AttnPrepArgs p{proj_, L.q_norm, L.k_norm, c.rms_eps, q_, s.k[size_t(i)], s.v[size_t(i)], pos,
-                     c.n_heads, c.n_kv_heads, c.rotary_dim, s.capacity, c.rope_theta};
+      AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
+                     s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
+                     c.rotary_dim,   s.capacity,     c.rope_theta};
       check(attn_prep(p, st), "attn prep");
-      AttnDecodeArgs d{q_, s.k[size_t(i)], s.v[size_t(i)], pos, proj_, part_, attn_,
-                       c.n_heads, c.n_kv_heads, s.capacity, s.splits};
+      AttnDecodeArgs d{q_,    s.k[size_t(i)], s.v[size_t(i)], pos,        proj_,   part_,
+                       attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       check(attn_decode(d, st), "attention");
       check(gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}}, st), "o_proj");
     }
-    RouterArgs r{L.router, h_, L.post_norm, c.rms_eps, a_, rlogits_, counters_, ids_, wts_, c.top_k};
+    RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
+                 rlogits_, counters_, ids_,        wts_,      c.top_k};
     check(router(r, st), "router");
-    check(experts_up(ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
-          "experts up");
+    check(
+        experts_up(ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
+        "experts up");
     check(experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st),
           "experts down");
   }
   check(gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st),
         "lm_head");
-  ArgmaxArgs am{logits_,          c.vocab, amax_, counters_ + 1, s.ints + kToken,
-                s.out, kOutRing - 1, s.ints + kStep, pos};
+  ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
+                kOutRing - 1, s.ints + kStep, pos};
   check(argmax_advance(am, st), "argmax");
 }
 
@@ -188,12 +201,14 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
   logits.resize(size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
   for (int64_t t = 0; t < T; ++t) {
     check(cudaMemcpyAsync(s.ints + kToken, &tokens[size_t(t)], sizeof(int), cudaMemcpyHostToDevice,
-                          stream_), "token");
+                          stream_),
+          "token");
     run_step(s);
     if (which == Logits::all || t == T - 1) {
       float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
       check(cudaMemcpyAsync(dst, logits_, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
-                            stream_), "logits");
+                            stream_),
+            "logits");
     }
   }
   check(cudaStreamSynchronize(stream_), "forward");
@@ -203,11 +218,13 @@ std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, 
   auto& s = dynamic_cast<CudaSequence&>(seq);
   if (n > kOutRing) fail("generate_greedy: at most {} tokens per call", kOutRing);
   const int init[2] = {first, 0};
-  check(cudaMemcpyAsync(s.ints + kToken, init, sizeof(init), cudaMemcpyHostToDevice, stream_), "token");
+  check(cudaMemcpyAsync(s.ints + kToken, init, sizeof(init), cudaMemcpyHostToDevice, stream_),
+        "token");
   for (int i = 0; i < n; ++i) run_step(s);
   std::vector<int32_t> out(static_cast<size_t>(n));
-  check(cudaMemcpyAsync(out.data(), s.out, size_t(n) * sizeof(int), cudaMemcpyDeviceToHost, stream_),
-        "ids");
+  check(
+      cudaMemcpyAsync(out.data(), s.out, size_t(n) * sizeof(int), cudaMemcpyDeviceToHost, stream_),
+      "ids");
   check(cudaStreamSynchronize(stream_), "generate");
   return out;
 }
@@ -274,7 +291,8 @@ double copy_bandwidth() {
   check(cudaEventCreate(&e1), "event");
   check(cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");  // warm-up
   check(cudaEventRecord(e0), "event");
-  for (int i = 0; i < kReps; ++i) check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");
+  for (int i = 0; i < kReps; ++i)
+    check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");
   check(cudaEventRecord(e1), "event");
   check(cudaEventSynchronize(e1), "event");
   float ms = 0;

@@ -10,7 +10,8 @@
 namespace tern::cuda {
 
 void check_supported(const ModelConfig& c) {
-  if (c.head_dim != kHeadDim) fail("CUDA backend: head_dim {} (kernels need {})", c.head_dim, kHeadDim);
+  if (c.head_dim != kHeadDim)
+    fail("CUDA backend: head_dim {} (kernels need {})", c.head_dim, kHeadDim);
   if (c.lin_k_dim != kGdnDim || c.lin_v_dim != kGdnDim)
     fail("CUDA backend: GDN head dims {}/{} (kernels need {})", c.lin_k_dim, c.lin_v_dim, kGdnDim);
   if (c.top_k > kMaxTopK) fail("CUDA backend: top_k {} > {}", c.top_k, kMaxTopK);
@@ -18,11 +19,13 @@ void check_supported(const ModelConfig& c) {
   const int g = c.n_heads / std::max(1, c.n_kv_heads);
   if (c.n_heads % c.n_kv_heads != 0 || (g != 1 && g != 2 && g != 4 && g != 8))
     fail("CUDA backend: GQA group {} (kernels take 1, 2, 4 or 8)", g);
-  if (c.rotary_dim % 2 != 0 || c.rotary_dim > kHeadDim) fail("CUDA backend: rotary dim {}", c.rotary_dim);
+  if (c.rotary_dim % 2 != 0 || c.rotary_dim > kHeadDim)
+    fail("CUDA backend: rotary dim {}", c.rotary_dim);
   if (c.hidden % 256 != 0 && c.hidden % 64 != 0) fail("CUDA backend: hidden {}", c.hidden);
   if (c.moe_inter != c.shared_inter)
     fail("CUDA backend: expert width {} != shared expert width {}", c.moe_inter, c.shared_inter);
-  if (c.moe_inter % 64 != 0) fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
+  if (c.moe_inter % 64 != 0)
+    fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
 }
 
 DeviceWeights::~DeviceWeights() {
@@ -46,7 +49,9 @@ DMat DeviceWeights::alloc_mat(int rows, int cols, int bits) {
   return m;
 }
 
-float* DeviceWeights::alloc_vec(size_t n) { return static_cast<float*>(alloc(n * sizeof(float))); }
+float* DeviceWeights::alloc_vec(size_t n) {
+  return static_cast<float*>(alloc(n * sizeof(float)));
+}
 
 size_t DeviceWeights::active_bytes_per_token() const {
   auto row = [](const DMat& m) { return m.bytes() / size_t(m.rows); };
@@ -67,15 +72,20 @@ namespace {
 void put(const DMat& m, int r0, const QTensor& t) {
   if (!t.quantized() || t.bits != m.bits || t.group != kGroup || t.cols != m.cols ||
       t.dtype != DType::bf16)
-    fail("CUDA backend needs affine {}-bit group-64 weights with bf16 scales (load with --weights q4)",
-         m.bits);
+    fail(
+        "CUDA backend needs affine {}-bit group-64 weights with bf16 scales (load with --weights "
+        "q4)",
+        m.bits);
   const size_t wrow = size_t(m.cols) * m.bits / 32, grow = size_t(m.cols / kGroup);
   check(cudaMemcpy(const_cast<uint32_t*>(m.w) + size_t(r0) * wrow, t.data, t.row_bytes() * t.rows,
-                   cudaMemcpyHostToDevice), "upload");
+                   cudaMemcpyHostToDevice),
+        "upload");
   check(cudaMemcpy(const_cast<uint16_t*>(m.s) + size_t(r0) * grow, t.scales, grow * 2 * t.rows,
-                   cudaMemcpyHostToDevice), "upload");
+                   cudaMemcpyHostToDevice),
+        "upload");
   check(cudaMemcpy(const_cast<uint16_t*>(m.b) + size_t(r0) * grow, t.biases, grow * 2 * t.rows,
-                   cudaMemcpyHostToDevice), "upload");
+                   cudaMemcpyHostToDevice),
+        "upload");
 }
 
 void put_vec(float* d, const std::vector<float>& v) {
@@ -147,10 +157,13 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
     const float code_std = bits == 4 ? 4.61f : 73.9f, mid = bits == 4 ? 7.5f : 127.5f;
     const float s = sigma / code_std;
     const size_t groups = size_t(rows) * (cols / kGroup);
-    check(fill_u32(const_cast<uint32_t*>(m.w), size_t(rows) * cols * bits / 32, ++next, nullptr), "fill");
-    check(fill_bf16(const_cast<uint16_t*>(m.s), groups, 0.9f * s, 1.1f * s, ++next, nullptr), "fill");
+    check(fill_u32(const_cast<uint32_t*>(m.w), size_t(rows) * cols * bits / 32, ++next, nullptr),
+          "fill");
+    check(fill_bf16(const_cast<uint16_t*>(m.s), groups, 0.9f * s, 1.1f * s, ++next, nullptr),
+          "fill");
     check(fill_bf16(const_cast<uint16_t*>(m.b), groups, -1.1f * mid * s, -0.9f * mid * s, ++next,
-                    nullptr), "fill");
+                    nullptr),
+          "fill");
     return m;
   };
   auto vec = [&](size_t n, float lo, float hi) {

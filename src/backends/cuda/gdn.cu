@@ -16,9 +16,12 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   __shared__ float q[kD], k[kD], v[kD], red[32], pk[kQuarters][kD], pq[kQuarters][kD];
   const int n = blockIdx.x, m = n / (a.v_heads / a.k_heads), t = threadIdx.x;
   const int key_dim = a.k_heads * kD;
-  if (t < kD) q[t] = a.conv[m * kD + t];
-  else if (t < 2 * kD) k[t - kD] = a.conv[key_dim + m * kD + t - kD];
-  else if (t < 3 * kD) v[t - 2 * kD] = a.conv[2 * key_dim + n * kD + t - 2 * kD];
+  if (t < kD)
+    q[t] = a.conv[m * kD + t];
+  else if (t < 2 * kD)
+    k[t - kD] = a.conv[key_dim + m * kD + t - kD];
+  else if (t < 3 * kD)
+    v[t - 2 * kD] = a.conv[2 * key_dim + n * kD + t - 2 * kD];
   __syncthreads();
   const float ssq = block_sum(t < kD ? q[t] * q[t] : 0.0f, red);
   const float ssk = block_sum(t < kD ? k[t] * k[t] : 0.0f, red);

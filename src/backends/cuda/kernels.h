@@ -22,7 +22,9 @@ struct DMat {
   const uint16_t* s = nullptr;
   const uint16_t* b = nullptr;
   int rows = 0, cols = 0, bits = 0;
-  size_t bytes() const { return size_t(rows) * cols * bits / 8 + size_t(rows) * (cols / kGroup) * 4; }
+  size_t bytes() const {
+    return size_t(rows) * cols * bits / 8 + size_t(rows) * (cols / kGroup) * 4;
+  }
 };
 
 // What the GEMV does with each output row.
@@ -58,11 +60,11 @@ struct RouterArgs {
   const float* h = nullptr;
   const float* norm = nullptr;
   float eps = 1e-6f;
-  float* a = nullptr;       // [hidden] normalised input for the experts
-  float* logits = nullptr;  // [n_experts + 1] scratch
+  float* a = nullptr;           // [hidden] normalised input for the experts
+  float* logits = nullptr;      // [n_experts + 1] scratch
   unsigned* counter = nullptr;  // zero before the first call; reset by the kernel
-  int* ids = nullptr;       // [top_k]
-  float* wts = nullptr;     // [top_k + 1]
+  int* ids = nullptr;           // [top_k]
+  float* wts = nullptr;         // [top_k + 1]
   int top_k = 0;
 };
 cudaError_t router(const RouterArgs& a, cudaStream_t st);
@@ -94,7 +96,7 @@ cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st);
 // post-conv q|k|v; z/b/a follow the in-projection layout.
 struct GdnStepArgs {
   const float* conv = nullptr;
-  const float* z = nullptr;  // [Hv*128]
+  const float* z = nullptr;        // [Hv*128]
   const float* beta_in = nullptr;  // [Hv] pre-sigmoid
   const float* a_in = nullptr;     // [Hv]
   const float* a_log = nullptr;

@@ -85,17 +85,20 @@ __device__ __forceinline__ float unit(uint64_t seed, size_t i) {
 }
 
 __global__ void fill_u32_kernel(uint32_t* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
     p[i] = uint32_t(mix(seed ^ mix(i)));
 }
 
 __global__ void fill_bf16_kernel(uint16_t* p, size_t n, float lo, float hi, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
     p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(lo + (hi - lo) * unit(seed, i)));
 }
 
 __global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
     p[i] = lo + (hi - lo) * unit(seed, i);
 }
 

@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs 
   if (d < D)
     for (int s = 0; s < slots; ++s) {
       const size_t e = s < a.top_k ? size_t(a.ids[s]) : size_t(a.n_experts);
-      acc += a.wts[s] * row_dot<4>(a.down, e * D + d, xs + s * NCs * C::kStride,
-                                   xsum + s * NCs, sl, lpr);
+      acc += a.wts[s] *
+             row_dot<4>(a.down, e * D + d, xs + s * NCs * C::kStride, xsum + s * NCs, sl, lpr);
     }
   acc = group_sum(acc, lpr);
   if (sl == 0 && d < D) a.h[d] += acc;
@@ -169,8 +169,8 @@ cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
-  experts_down_kernel<<<(D + rpb - 1) / rpb, kThreads,
-                        stage_bytes<4>(a.down.cols * (a.top_k + 1)), st>>>(a);
+  experts_down_kernel<<<(D + rpb - 1) / rpb, kThreads, stage_bytes<4>(a.down.cols * (a.top_k + 1)),
+                        st>>>(a);
   return cudaGetLastError();
 }
 

@@ -13,7 +13,7 @@ namespace tern::cuda {
 
 template <int BITS>
 struct Chunk {
-  static constexpr int kCodes = 128 / BITS;  // codes per 16-byte chunk
+  static constexpr int kCodes = 128 / BITS;   // codes per 16-byte chunk
   static constexpr int kStride = kCodes + 1;  // padded smem stride
 };
 
@@ -26,8 +26,8 @@ constexpr size_t stage_bytes(int K) {
 // Loads x ([K]) into smem, optionally RMS-normalised and multiplied by norm[],
 // and the per-chunk sums. Returns the pointer past the staged data.
 template <int BITS>
-__device__ void stage_x(const float* x, int K, const float* norm, float eps, float* xs,
-                        float* xsum, float* red) {
+__device__ void stage_x(const float* x, int K, const float* norm, float eps, float* xs, float* xsum,
+                        float* red) {
   using C = Chunk<BITS>;
   float inv = 1.0f;
   if (norm != nullptr) {
