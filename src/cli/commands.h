@@ -16,5 +16,6 @@ Runner add_score(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_render_chat(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace tern::cli

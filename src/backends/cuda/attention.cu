@@ -1,0 +1,168 @@
+// Gated attention decode: prep (q/k RMSNorm, partial rotate-half RoPE, KV
+// append in bf16), split-K GQA attention (each CTA takes one KV head and one
+// range of positions; each KV row is read once for all G query heads of the
+// group) and the combine, which also applies sigmoid(gate).
+#include <algorithm>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda {
+
+namespace {
+
+constexpr int kD = kHeadDim;
+
+__global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
+  __shared__ float x[kD], red[32];
+  const int h = blockIdx.x, d = threadIdx.x, pos = *a.pos;
+  const bool is_q = h < a.heads;
+  const int kvh = h - a.heads;
+  const float in = is_q ? a.qkv[h * 2 * kD + d] : a.qkv[a.heads * 2 * kD + kvh * kD + d];
+  const float ss = block_sum(in * in, red);
+  x[d] = in * (1.0f / sqrtf(ss / float(kD) + a.eps)) * (is_q ? a.q_norm[d] : a.k_norm[d]);
+  __syncthreads();
+  float r = x[d];
+  const int half = a.rotary / 2;
+  if (d < a.rotary) {
+    const int i = d % half;
+    const float inv_freq = 1.0f / powf(a.theta, float(2 * i) / float(a.rotary));
+    const float ang = float(pos) * inv_freq, cs = cosf(ang), sn = sinf(ang);
+    r = d < half ? x[d] * cs - x[d + half] * sn : x[d] * cs + x[d - half] * sn;
+  }
+  if (is_q) {
+    a.q[h * kD + d] = r;
+    return;
+  }
+  const size_t row = (size_t(kvh) * a.capacity + pos) * kD + d;
+  a.k_cache[row] = __bfloat16_as_ushort(__float2bfloat16_rn(r));
+  const float v = a.qkv[a.heads * 2 * kD + a.kv_heads * kD + kvh * kD + d];
+  a.v_cache[row] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+constexpr int kWarps = 4;
+
+__device__ __forceinline__ void unpack8(const uint4 u, float* f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Lane l holds dims 8l..8l+7 of every row; warps take every kWarps-th position.
+template <int G>
+__global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
+  __shared__ float sm_m[kWarps][G], sm_l[kWarps][G], sm_o[kWarps][G][kD];
+  const int kvh = blockIdx.x, split = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = *a.pos + 1, chunk = (n + a.splits - 1) / a.splits;
+  const int start = split * chunk, end = min(n, start + chunk);
+  float q[G][8], acc[G][8], m[G], l[G];
+  const float scale = rsqrtf(float(kD));
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[g][i] = a.q[(kvh * G + g) * kD + lane * 8 + i] * scale;
+      acc[g][i] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
+  const uint4* K = reinterpret_cast<const uint4*>(a.k_cache + size_t(kvh) * a.capacity * kD);
+  const uint4* V = reinterpret_cast<const uint4*>(a.v_cache + size_t(kvh) * a.capacity * kD);
+  for (int p = start + warp; p < end; p += kWarps) {
+    float kf[8], vf[8];
+    unpack8(__ldcs(K + size_t(p) * (kD / 8) + lane), kf);
+    unpack8(__ldcs(V + size_t(p) * (kD / 8) + lane), vf);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
+      s = warp_sum(s);
+      const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), e = expf(s - mn);
+      l[g] = l[g] * c + e;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * c + e * vf[i];
+      m[g] = mn;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_o[warp][g][lane * 8 + i] = acc[g][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * kD; idx += kWarps * 32) {
+    const int g = idx / kD, d = idx % kD;
+    float M = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != -INFINITY)
+      for (int w = 0; w < kWarps; ++w) {
+        const float c = expf(sm_m[w][g] - M);
+        L += sm_l[w][g] * c;
+        O += sm_o[w][g][d] * c;
+      }
+    float* part = a.part + (size_t(kvh * G + g) * a.splits + split) * (kD + 2);
+    part[d] = O;
+    if (d == 0) part[kD] = M, part[kD + 1] = L;
+  }
+}
+
+__global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
+  const int h = blockIdx.x, d = threadIdx.x;
+  const float* part = a.part + size_t(h) * a.splits * (kD + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) M = fmaxf(M, part[s * (kD + 2) + kD]);
+  float L = 0.0f, O = 0.0f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float* p = part + s * (kD + 2);
+    if (p[kD + 1] == 0.0f) continue;
+    const float c = expf(p[kD] - M);
+    L += p[kD + 1] * c;
+    O += p[d] * c;
+  }
+  a.out[h * kD + d] = O / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
+}
+
+}  // namespace
+
+cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
+  attn_prep_kernel<<<a.heads + a.kv_heads, kD, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+int attn_splits(int64_t n) {
+  int64_t tier = 64;
+  while (tier < n) tier *= 2;
+  return int(std::min<int64_t>(128, std::max<int64_t>(1, tier / 64)));
+}
+
+cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
+  const dim3 grid(a.kv_heads, a.splits);
+  switch (a.heads / a.kv_heads) {
+    case 1:
+      attn_split_kernel<1><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 2:
+      attn_split_kernel<2><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 4:
+      attn_split_kernel<4><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    case 8:
+      attn_split_kernel<8><<<grid, kWarps * 32, 0, st>>>(a);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  attn_combine_kernel<<<a.heads, kD, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace tern::cuda

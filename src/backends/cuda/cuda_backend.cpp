@@ -1,0 +1,313 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backends/cuda/check.h"
+#include "core/error.h"
+
+namespace tern::cuda {
+
+namespace {
+constexpr int kMaxSplits = 128;
+constexpr int kInitialCapacity = 4096;
+enum Slot { kPos = 0, kToken = 1, kStep = 2 };
+}  // namespace
+
+CudaSequence::~CudaSequence() {
+  if (graph != nullptr) cudaGraphExecDestroy(graph);
+  for (auto* p : k) cudaFree(p);
+  for (auto* p : v) cudaFree(p);
+  for (auto* p : S) cudaFree(p);
+  for (auto* p : conv) cudaFree(p);
+  cudaFree(ints);
+  cudaFree(out);
+}
+
+CudaBackend::CudaBackend(std::shared_ptr<const ModelWeights> w) : w_(DeviceWeights::upload(*w)) {
+  init();
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
+  init();
+}
+
+CudaBackend::~CudaBackend() {
+  for (void* p : bufs_) cudaFree(p);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+float* CudaBackend::buf(size_t n) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)), "cudaMalloc of scratch");
+  check(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(float)), "memset");
+  bufs_.push_back(p);
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::init() {
+  const ModelConfig& c = w_->cfg;
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  const size_t proj = std::max(size_t(c.conv_channels() + c.lin_value_dim() + 2 * c.lin_v_heads),
+                               size_t(2 * c.n_heads + 2 * c.n_kv_heads) * kHeadDim);
+  h_ = buf(size_t(c.hidden));
+  a_ = buf(size_t(c.hidden));
+  proj_ = buf(proj);
+  convout_ = buf(size_t(c.conv_channels()));
+  gdn_y_ = buf(size_t(c.lin_value_dim()));
+  q_ = buf(size_t(c.n_heads) * kHeadDim);
+  part_ = buf(size_t(c.n_heads) * kMaxSplits * (kHeadDim + 2));
+  attn_ = buf(size_t(c.n_heads) * kHeadDim);
+  rlogits_ = buf(size_t(c.n_experts + 1));
+  wts_ = buf(kMaxTopK + 1);
+  act_ = buf(size_t(kMaxTopK + 1) * c.moe_inter);
+  logits_ = buf(size_t(c.vocab));
+  amax_ = buf(2 * 1024);
+  ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
+  counters_ = reinterpret_cast<unsigned*>(buf(2));
+}
+
+std::unique_ptr<Sequence> CudaBackend::new_sequence() {
+  const ModelConfig& c = w_->cfg;
+  auto s = std::make_unique<CudaSequence>();
+  s->k.assign(size_t(c.n_layers), nullptr);
+  s->v.assign(size_t(c.n_layers), nullptr);
+  s->S.assign(size_t(c.n_layers), nullptr);
+  s->conv.assign(size_t(c.n_layers), nullptr);
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_types[size_t(i)] != LayerType::linear_attention) continue;
+    const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim;
+    const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels();
+    check(cudaMalloc(&s->S[size_t(i)], nS * sizeof(float)), "state");
+    check(cudaMalloc(&s->conv[size_t(i)], nc * sizeof(float)), "conv state");
+    check(cudaMemset(s->S[size_t(i)], 0, nS * sizeof(float)), "state");
+    check(cudaMemset(s->conv[size_t(i)], 0, nc * sizeof(float)), "conv state");
+  }
+  check(cudaMalloc(&s->ints, 4 * sizeof(int)), "ints");
+  check(cudaMemset(s->ints, 0, 4 * sizeof(int)), "ints");
+  check(cudaMalloc(&s->out, kOutRing * sizeof(int)), "out");
+  reserve(*s, std::min(kInitialCapacity, c.max_positions));
+  return s;
+}
+
+void CudaBackend::reserve(CudaSequence& s, int64_t n) {
+  const ModelConfig& c = w_->cfg;
+  if (n <= s.capacity) return;
+  if (n > c.max_positions)
+    fail("sequence of {} tokens exceeds the model's {} positions", n, c.max_positions);
+  int cap = std::max(s.capacity, 1);
+  while (cap < n) cap *= 2;
+  cap = std::min(cap, c.max_positions);
+  const size_t row = kHeadDim * sizeof(uint16_t);
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_types[size_t(i)] == LayerType::linear_attention) continue;
+    for (auto* cache : {&s.k, &s.v}) {
+      uint16_t* p = nullptr;
+      check(cudaMalloc(&p, size_t(c.n_kv_heads) * cap * row), "KV cache");
+      uint16_t*& old = (*cache)[size_t(i)];
+      if (old != nullptr) {
+        check(
+            cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row,
+                         size_t(s.length()) * row, size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
+            "KV grow");
+        cudaFree(old);
+      }
+      old = p;
+    }
+  }
+  s.capacity = cap;
+  if (s.graph != nullptr) cudaGraphExecDestroy(s.graph), s.graph = nullptr;
+}
+
+void CudaBackend::enqueue_step(CudaSequence& s) {
+  const ModelConfig& c = w_->cfg;
+  const DeviceWeights& W = *w_;
+  cudaStream_t st = stream_;
+  int* pos = s.ints + kPos;
+  check(embed(W.embed, s.ints + kToken, h_, st), "embed");
+  for (int i = 0; i < c.n_layers; ++i) {
+    const DevLayer& L = W.layers[size_t(i)];
+    if (L.type == LayerType::linear_attention) {
+      const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;
+      GemvArgs in{L.in_proj,
+                  h_,
+                  L.in_norm,
+                  c.rms_eps,
+                  proj_,
+                  GemvOut::conv,
+                  ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
+      check(gemv(in, st), "gdn in-proj");
+      GdnStepArgs g{convout_,       proj_ + C, proj_ + C + Vd, proj_ + C + Vd + Hv,
+                    L.a_log,        L.dt_bias, L.gnorm,        c.rms_eps,
+                    s.S[size_t(i)], gdn_y_,    c.lin_k_heads,  Hv};
+      check(gdn_step(g, st), "gdn step");
+      check(gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st), "gdn out");
+    } else {
+      check(gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}}, st), "qkv");
+      AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
+                     s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
+                     c.rotary_dim,   s.capacity,     c.rope_theta};
+      check(attn_prep(p, st), "attn prep");
+      AttnDecodeArgs d{q_,    s.k[size_t(i)], s.v[size_t(i)], pos,        proj_,   part_,
+                       attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
+      check(attn_decode(d, st), "attention");
+      check(gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}}, st), "o_proj");
+    }
+    RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
+                 rlogits_, counters_, ids_,        wts_,      c.top_k};
+    check(router(r, st), "router");
+    check(
+        experts_up(ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
+        "experts up");
+    check(experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st),
+          "experts down");
+  }
+  check(gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st),
+        "lm_head");
+  ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
+                kOutRing - 1, s.ints + kStep, pos};
+  check(argmax_advance(am, st), "argmax");
+}
+
+// One step through the captured graph (re-captured when the split tier moves).
+void CudaBackend::run_step(CudaSequence& s) {
+  reserve(s, s.length() + 1);
+  const int splits = attn_splits(s.length() + 1);
+  if (s.graph == nullptr || splits != s.splits) {
+    if (s.graph != nullptr) cudaGraphExecDestroy(s.graph), s.graph = nullptr;
+    s.splits = splits;
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+    enqueue_step(s);
+    check(cudaStreamEndCapture(stream_, &g), "capture");
+    check(cudaGraphInstantiate(&s.graph, g, 0), "graph instantiate");
+    cudaGraphDestroy(g);
+  }
+  check(cudaGraphLaunch(s.graph, stream_), "graph launch");
+  s.length_ += 1;
+}
+
+void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
+                          std::vector<float>& logits) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  const ModelConfig& c = w_->cfg;
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) fail("forward needs at least one token");
+  if (s.length() + T > c.max_positions)
+    fail("sequence of {} tokens exceeds the model's {} positions", s.length() + T, c.max_positions);
+  for (int32_t id : tokens)
+    if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
+  logits.resize(size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
+  for (int64_t t = 0; t < T; ++t) {
+    check(cudaMemcpyAsync(s.ints + kToken, &tokens[size_t(t)], sizeof(int), cudaMemcpyHostToDevice,
+                          stream_),
+          "token");
+    run_step(s);
+    if (which == Logits::all || t == T - 1) {
+      float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
+      check(cudaMemcpyAsync(dst, logits_, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
+                            stream_),
+            "logits");
+    }
+  }
+  check(cudaStreamSynchronize(stream_), "forward");
+}
+
+std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  if (n > kOutRing) fail("generate_greedy: at most {} tokens per call", kOutRing);
+  const int init[2] = {first, 0};
+  check(cudaMemcpyAsync(s.ints + kToken, init, sizeof(init), cudaMemcpyHostToDevice, stream_),
+        "token");
+  for (int i = 0; i < n; ++i) run_step(s);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  check(
+      cudaMemcpyAsync(out.data(), s.out, size_t(n) * sizeof(int), cudaMemcpyDeviceToHost, stream_),
+      "ids");
+  check(cudaStreamSynchronize(stream_), "generate");
+  return out;
+}
+
+void CudaBackend::set_length(Sequence& seq, int64_t length) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  reserve(s, length + 1);
+  const int v = int(length);
+  check(cudaStreamSynchronize(stream_), "sync");
+  check(cudaMemcpy(s.ints + kPos, &v, sizeof(int), cudaMemcpyHostToDevice), "pos");
+  s.length_ = length;
+}
+
+void CudaBackend::fill_synthetic(Sequence& seq, int64_t length, uint64_t seed) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  const ModelConfig& c = w_->cfg;
+  reserve(s, length + 1);
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (s.k[size_t(i)] != nullptr) {
+      const size_t n = size_t(c.n_kv_heads) * s.capacity * kHeadDim;
+      check(fill_bf16(s.k[size_t(i)], n, -1.0f, 1.0f, seed + 2 * size_t(i), stream_), "fill");
+      check(fill_bf16(s.v[size_t(i)], n, -1.0f, 1.0f, seed + 2 * size_t(i) + 1, stream_), "fill");
+    } else {
+      const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim;
+      check(fill_f32(s.S[size_t(i)], nS, -0.01f, 0.01f, seed + 1000 + size_t(i), stream_), "fill");
+    }
+  }
+  check(cudaStreamSynchronize(stream_), "fill");
+  set_length(s, length);
+}
+
+double CudaBackend::time_steps(Sequence& seq, int n) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  reserve(s, s.length() + n + 1);
+  run_step(s);  // capture outside the timed region
+  s.length_ -= 1;
+  set_length(s, s.length());
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  check(cudaEventRecord(e0, stream_), "event");
+  for (int i = 0; i < n; ++i) run_step(s);
+  check(cudaEventRecord(e1, stream_), "event");
+  check(cudaEventSynchronize(e1), "event");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "event");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return double(ms) / 1e3;
+}
+
+}  // namespace tern::cuda
+
+namespace tern::cuda {
+
+double copy_bandwidth() {
+  constexpr size_t kBytes = size_t(1) << 30;
+  constexpr int kReps = 20;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, kBytes), "copy buffers");
+  check(cudaMalloc(&b, kBytes), "copy buffers");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  check(cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");  // warm-up
+  check(cudaEventRecord(e0), "event");
+  for (int i = 0; i < kReps; ++i)
+    check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");
+  check(cudaEventRecord(e1), "event");
+  check(cudaEventSynchronize(e1), "event");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "event");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(kBytes) * kReps / (double(ms) / 1e3);
+}
+
+size_t device_memory_used() {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,169 @@
+// Launchers of the CUDA kernels (host-callable, plain pointers, one params
+// struct per kernel). Every kernel has a CPU twin in backends/cpu/ and a test
+// in tests/cuda/. Activations are fp32, weights stay affine 4/8-bit (MLX
+// layout, group 64), the KV cache is bf16, recurrent and conv state fp32.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tern::cuda {
+
+constexpr int kGroup = 64;     // quantisation group (checked at load)
+constexpr int kGdnDim = 128;   // GDN key and value head width (checked at load)
+constexpr int kHeadDim = 256;  // attention head width (checked at load)
+constexpr int kMaxTopK = 8;
+
+// An affine-quantised matrix on the device, MLX layout: `w` rows of cols*bits/32
+// words, `s`/`b` bf16 [rows][cols/64].
+struct DMat {
+  const uint32_t* w = nullptr;
+  const uint16_t* s = nullptr;
+  const uint16_t* b = nullptr;
+  int rows = 0, cols = 0, bits = 0;
+  size_t bytes() const {
+    return size_t(rows) * cols * bits / 8 + size_t(rows) * (cols / kGroup) * 4;
+  }
+};
+
+// What the GEMV does with each output row.
+enum class GemvOut { store, add, conv };
+
+// The causal conv fused into the GDN in-projection: rows < channels are
+// conv-ed with the carried state, SiLU-ed and written to `out`; the state
+// ([kernel-1][channels], oldest first) advances by one row.
+struct ConvArgs {
+  const float* weight = nullptr;  // [channels][kernel]
+  float* state = nullptr;
+  float* out = nullptr;
+  int channels = 0, kernel = 0;
+};
+
+struct GemvArgs {
+  DMat W;
+  const float* x = nullptr;     // [W.cols]
+  const float* norm = nullptr;  // optional RMSNorm multiplier applied to x first
+  float eps = 1e-6f;
+  float* y = nullptr;  // [W.rows]
+  GemvOut out = GemvOut::store;
+  ConvArgs conv;  // GemvOut::conv only
+};
+cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
+
+// Router of one token: RMSNorm(h)*norm -> a (written), logits of the stacked
+// [router; shared_expert_gate] 8-bit matrix, softmax over the experts, top-k,
+// renormalised weights; wts[k] = sigmoid(shared gate logit). One launch (the
+// last block to finish does the selection).
+struct RouterArgs {
+  DMat W;  // rows = n_experts + 1
+  const float* h = nullptr;
+  const float* norm = nullptr;
+  float eps = 1e-6f;
+  float* a = nullptr;           // [hidden] normalised input for the experts
+  float* logits = nullptr;      // [n_experts + 1] scratch
+  unsigned* counter = nullptr;  // zero before the first call; reset by the kernel
+  int* ids = nullptr;           // [top_k]
+  float* wts = nullptr;         // [top_k + 1]
+  int top_k = 0;
+};
+cudaError_t router(const RouterArgs& a, cudaStream_t st);
+
+// gate+up+SwiGLU of the top_k routed experts and the shared expert (stacked as
+// expert n_experts): act[slot][f] = silu(g) * u.
+struct ExpertsUpArgs {
+  DMat gate_up;  // rows (n_experts+1) * 2I: per expert I gate rows then I up rows
+  const float* a = nullptr;
+  const int* ids = nullptr;
+  float* act = nullptr;  // [(top_k+1) * I]
+  int n_experts = 0, top_k = 0, inter = 0;
+};
+cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st);
+
+// h[d] += sum_slot wts[slot] * down_e(act[slot])[d] over the routed and shared experts.
+struct ExpertsDownArgs {
+  DMat down;  // rows (n_experts+1) * hidden, cols I
+  const float* act = nullptr;
+  const int* ids = nullptr;
+  const float* wts = nullptr;
+  float* h = nullptr;
+  int n_experts = 0, top_k = 0;
+};
+cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st);
+
+// One Gated DeltaNet decode step after the conv: q/k L2 norms, gates, the delta
+// rule on S ([v_heads][k][v] fp32), gated RMSNorm. conv: [2*Hk*128 + Hv*128]
+// post-conv q|k|v; z/b/a follow the in-projection layout.
+struct GdnStepArgs {
+  const float* conv = nullptr;
+  const float* z = nullptr;        // [Hv*128]
+  const float* beta_in = nullptr;  // [Hv] pre-sigmoid
+  const float* a_in = nullptr;     // [Hv]
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+  const float* norm = nullptr;  // [128] gated-norm weight
+  float eps = 1e-6f;
+  float* S = nullptr;
+  float* y = nullptr;  // [Hv*128]
+  int k_heads = 0, v_heads = 0;
+};
+cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st);
+
+// Attention prep of one token at position *pos: q RMSNorm + partial RoPE into
+// q (fp32 [H][256]); k RMSNorm + RoPE and v appended to the bf16 caches
+// ([kv][capacity][256]).
+struct AttnPrepArgs {
+  const float* qkv = nullptr;  // [H*512 | KV*256 | KV*256]
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 1e-6f;
+  float* q = nullptr;
+  uint16_t* k_cache = nullptr;
+  uint16_t* v_cache = nullptr;
+  const int* pos = nullptr;
+  int heads = 0, kv_heads = 0, rotary = 0, capacity = 0;
+  float theta = 0;
+};
+cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st);
+
+// Split-K GQA decode attention over keys [0, *pos] and the combine, which also
+// applies sigmoid(gate): out [H][256].
+struct AttnDecodeArgs {
+  const float* q = nullptr;
+  const uint16_t* k_cache = nullptr;
+  const uint16_t* v_cache = nullptr;
+  const int* pos = nullptr;
+  const float* qkv = nullptr;  // for the gates
+  float* part = nullptr;       // [H][splits][256 + 2]
+  float* out = nullptr;
+  int heads = 0, kv_heads = 0, capacity = 0, splits = 1;
+};
+cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st);
+// Splits used for a context of n keys (fixed per captured graph tier).
+int attn_splits(int64_t n);
+
+// h = embedding row of *token (4-bit affine, dequantised exactly as the CPU).
+cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st);
+
+// Arg-max of logits (lower index wins ties): *token = best, out[*step] = best,
+// ++*step, ++*pos. counter/scratch as for the router.
+struct ArgmaxArgs {
+  const float* logits = nullptr;
+  int n = 0;
+  float* scratch = nullptr;  // [2 * blocks]
+  unsigned* counter = nullptr;
+  int* token = nullptr;
+  int* out = nullptr;  // ring of out_mask + 1 ids
+  int out_mask = 0;
+  int* step = nullptr;
+  int* pos = nullptr;
+};
+cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st);
+
+// Random fills for --dummy weights and synthetic contexts (hash of seed and index).
+cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st);
+// bf16 values lo + (hi-lo)*u.
+cudaError_t fill_bf16(uint16_t* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st);
+cudaError_t fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st);
+
+}  // namespace tern::cuda

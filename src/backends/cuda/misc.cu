@@ -1,0 +1,132 @@
+// The step's ends: embedding lookup (dequantised bit-exactly as the CPU),
+// arg-max token choice with the hand-off into the next step's input, and the
+// random fills behind --dummy weights and synthetic contexts.
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda {
+
+namespace {
+
+__global__ void embed_kernel(DMat E, const int* token, float* h) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= E.cols) return;
+  const size_t row = size_t(*token);
+  const int per = 32 / E.bits, G = E.cols / kGroup;
+  const uint32_t word = E.w[row * size_t(E.cols / per) + i / per];
+  const uint32_t q = (word >> (E.bits * (i % per))) & ((1u << E.bits) - 1);
+  const float s = bf(reinterpret_cast<const __nv_bfloat16*>(E.s)[row * G + i / kGroup]);
+  const float b = bf(reinterpret_cast<const __nv_bfloat16*>(E.b)[row * G + i / kGroup]);
+  h[i] = __fadd_rn(__fmul_rn(s, float(q)), b);
+}
+
+constexpr int kThreads = 256, kBlocks = 132;
+
+__device__ __forceinline__ bool better(float v, int i, float v2, int i2) {
+  return v2 > v || (v2 == v && i2 < i);
+}
+
+__global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  __shared__ bool last;
+  float v = -INFINITY;
+  int bi = INT32_MAX;
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < a.n; i += gridDim.x * kThreads)
+    if (better(v, bi, a.logits[i], i)) v = a.logits[i], bi = i;
+  auto reduce = [&] {
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(kFull, v, o);
+      const int i2 = __shfl_xor_sync(kFull, bi, o);
+      if (better(v, bi, v2, i2)) v = v2, bi = i2;
+    }
+    if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = v, si[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    v = sv[0], bi = si[0];
+    for (int w = 1; w < kThreads / 32; ++w)
+      if (better(v, bi, sv[w], si[w])) v = sv[w], bi = si[w];
+    __syncthreads();
+  };
+  reduce();
+  if (threadIdx.x == 0) {
+    a.scratch[2 * blockIdx.x] = v;
+    a.scratch[2 * blockIdx.x + 1] = __int_as_float(bi);
+    __threadfence();
+    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  v = -INFINITY, bi = INT32_MAX;
+  for (int b = threadIdx.x; b < int(gridDim.x); b += kThreads) {
+    const float v2 = __ldcg(a.scratch + 2 * b);
+    const int i2 = __float_as_int(__ldcg(a.scratch + 2 * b + 1));
+    if (better(v, bi, v2, i2)) v = v2, bi = i2;
+  }
+  reduce();
+  if (threadIdx.x == 0) {
+    *a.counter = 0;
+    *a.token = bi;
+    a.out[*a.step & a.out_mask] = bi;
+    *a.step += 1;
+    *a.pos += 1;
+  }
+}
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ float unit(uint64_t seed, size_t i) {
+  return float(mix(seed ^ mix(i)) >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void fill_u32_kernel(uint32_t* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = uint32_t(mix(seed ^ mix(i)));
+}
+
+__global__ void fill_bf16_kernel(uint16_t* p, size_t n, float lo, float hi, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(lo + (hi - lo) * unit(seed, i)));
+}
+
+__global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = lo + (hi - lo) * unit(seed, i);
+}
+
+}  // namespace
+
+cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
+  embed_kernel<<<(E.cols + 255) / 256, 256, 0, st>>>(E, token, h);
+  return cudaGetLastError();
+}
+
+cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st) {
+  argmax_kernel<<<kBlocks, kThreads, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st) {
+  fill_u32_kernel<<<1024, 256, 0, st>>>(p, n, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_bf16(uint16_t* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st) {
+  fill_bf16_kernel<<<1024, 256, 0, st>>>(p, n, lo, hi, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st) {
+  fill_f32_kernel<<<1024, 256, 0, st>>>(p, n, lo, hi, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace tern::cuda

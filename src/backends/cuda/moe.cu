@@ -1,0 +1,177 @@
+// MoE decode: the router (norm + 8-bit GEMV + softmax + top-k + renormalise in
+// one launch), gate/up/SwiGLU of the routed and shared experts in one launch,
+// and down + routing weights + shared gate + residual add in one launch.
+#include "backends/cuda/qdot.cuh"
+
+namespace tern::cuda {
+
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+// Is this block the last of the grid to get here? (Self-resetting counter, so a
+// captured graph can replay.) Call after the block's global writes.
+__device__ bool last_block(unsigned* counter) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  __threadfence();
+  return last;
+}
+
+// Block-wide arg max; ties go to the lower index. Every thread gets the index.
+__device__ int block_argmax(float v, int i, float* sv, int* si) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(kFull, v, o);
+    const int i2 = __shfl_xor_sync(kFull, i, o);
+    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
+  }
+  __syncthreads();
+  if (lane == 0) sv[warp] = v, si[warp] = i;
+  __syncthreads();
+  v = sv[0], i = si[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w)
+    if (sv[w] > v || (sv[w] == v && si[w] < i)) v = sv[w], i = si[w];
+  return i;
+}
+
+__global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
+  using C = Chunk<8>;
+  extern __shared__ float sm[];
+  const int K = a.W.cols, NC = K / C::kCodes, E = a.W.rows - 1;
+  float* xs = sm;
+  float* xsum = xs + NC * C::kStride;
+  float* red = xsum + NC;
+  stage_x<8>(a.h, K, a.norm, a.eps, xs, xsum, red);
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < K; i += kThreads)
+      a.a[i] = xs[(i / C::kCodes) * C::kStride + i % C::kCodes];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
+  const int r = (blockIdx.x * kWarps + warp) * rpw + sub;
+  float acc = r < a.W.rows ? row_dot<8>(a.W, size_t(r), xs, xsum, sl, lpr) : 0.0f;
+  acc = group_sum(acc, lpr);
+  if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
+  if (!last_block(a.counter)) return;
+
+  // Softmax over the experts, top-k by probability, renormalised weights.
+  __shared__ float p[1024], sv[32];
+  __shared__ int si[32];
+  float mx = -INFINITY;
+  for (int e = threadIdx.x; e < E; e += kThreads) mx = fmaxf(mx, p[e] = __ldcg(a.logits + e));
+  {  // block max
+    float m = warp_max(mx);
+    if (lane == 0) sv[warp] = m;
+    __syncthreads();
+    m = sv[0];
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sv[w]);
+    mx = m;
+  }
+  float part = 0.0f;
+  for (int e = threadIdx.x; e < E; e += kThreads) part += (p[e] = expf(p[e] - mx));
+  const float sum = block_sum(part, red);
+  float total = 0.0f;
+  for (int t = 0; t < a.top_k; ++t) {
+    float best = -1.0f;
+    int bi = E;
+    for (int e = threadIdx.x; e < E; e += kThreads)
+      if (p[e] > best) best = p[e], bi = e;
+    const int pick = block_argmax(best, bi, sv, si);
+    const float pe = p[pick] / sum;
+    total += pe;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      a.ids[t] = pick;
+      a.wts[t] = pe;
+      p[pick] = -2.0f;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < a.top_k) a.wts[threadIdx.x] /= total;
+  if (threadIdx.x == 0) a.wts[a.top_k] = sigmoidf(__ldcg(a.logits + E));
+}
+
+__global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
+  using C = Chunk<4>;
+  extern __shared__ float sm[];
+  const int K = a.gate_up.cols, NC = K / C::kCodes, I = a.inter;
+  float* xs = sm;
+  float* xsum = xs + NC * C::kStride;
+  stage_x<4>(a.a, K, nullptr, 0.0f, xs, xsum, xsum + NC);
+  const int slot = blockIdx.y;
+  const size_t e = slot < a.top_k ? size_t(a.ids[slot]) : size_t(a.n_experts);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
+  const int f = (blockIdx.x * kWarps + warp) * rpw + sub;
+  float g = 0.0f, u = 0.0f;
+  if (f < I) {
+    g = row_dot<4>(a.gate_up, e * 2 * I + f, xs, xsum, sl, lpr);
+    u = row_dot<4>(a.gate_up, e * 2 * I + I + f, xs, xsum, sl, lpr);
+  }
+  g = group_sum(g, lpr);
+  u = group_sum(u, lpr);
+  if (sl == 0 && f < I) a.act[slot * I + f] = siluf(g) * u;
+}
+
+__global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs a) {
+  using C = Chunk<4>;
+  extern __shared__ float sm[];
+  const int I = a.down.cols, D = a.down.rows / (a.n_experts + 1), slots = a.top_k + 1;
+  const int NCs = I / C::kCodes, NC = NCs * slots;  // chunks per slot, in all
+  float* xs = sm;
+  float* xsum = xs + NC * C::kStride;
+  stage_x<4>(a.act, I * slots, nullptr, 0.0f, xs, xsum, xsum + NC);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = lanes_per_row(NCs), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
+  const int d = (blockIdx.x * kWarps + warp) * rpw + sub;
+  float acc = 0.0f;
+  if (d < D)
+    for (int s = 0; s < slots; ++s) {
+      const size_t e = s < a.top_k ? size_t(a.ids[s]) : size_t(a.n_experts);
+      acc += a.wts[s] *
+             row_dot<4>(a.down, e * D + d, xs + s * NCs * C::kStride, xsum + s * NCs, sl, lpr);
+    }
+  acc = group_sum(acc, lpr);
+  if (sl == 0 && d < D) a.h[d] += acc;
+}
+
+int rows_per_block(int chunks) {
+  int l = 1;
+  while (l < 32 && 2 * l <= chunks) l *= 2;
+  return kWarps * (32 / l);
+}
+
+}  // namespace
+
+cudaError_t router(const RouterArgs& a, cudaStream_t st) {
+  if (a.W.bits != 8 || a.W.rows - 1 > 1024 || a.top_k > kMaxTopK) return cudaErrorInvalidValue;
+  const int rpb = rows_per_block(a.W.cols / Chunk<8>::kCodes);
+  router_kernel<<<(a.W.rows + rpb - 1) / rpb, kThreads, stage_bytes<8>(a.W.cols), st>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
+  if (a.gate_up.bits != 4) return cudaErrorInvalidValue;
+  const int rpb = rows_per_block(a.gate_up.cols / Chunk<4>::kCodes);
+  dim3 grid((a.inter + rpb - 1) / rpb, a.top_k + 1);
+  experts_up_kernel<<<grid, kThreads, stage_bytes<4>(a.gate_up.cols), st>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
+  if (a.down.bits != 4) return cudaErrorInvalidValue;
+  const int D = a.down.rows / (a.n_experts + 1);
+  const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
+  experts_down_kernel<<<(D + rpb - 1) / rpb, kThreads, stage_bytes<4>(a.down.cols * (a.top_k + 1)),
+                        st>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,208 @@
+// tern bench (decode part): for each context length, fill the context (untimed,
+// synthetic KV cache and state: the prefill kernels are a later issue), then
+// time greedy decode steps; report the median over repeats of tok/s and
+// ms/token, bytes moved per token, achieved GB/s and the fraction of the
+// roofline floor (bytes / device-to-device copy bandwidth measured in the same
+// run). Table on stdout, JSON and an SVG plot on request.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/backend.h"
+#ifdef TERN_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace tern::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev;
+  int gen = 128, repeat = 3;
+  uint64_t seed = 1;
+  std::string command;
+};
+
+[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      const int64_t n = std::stoll(item);
+      if (n <= 0) throw std::invalid_argument("");
+      v.push_back(n);
+    } catch (const std::exception&) {
+      fail("--decode: '{}' is not a positive context length", item);
+    }
+  }
+  if (v.empty()) fail("--decode needs at least one context length");
+  return v;
+}
+
+[[maybe_unused]] double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// tok/s against context length, log2 x axis, written by hand.
+[[maybe_unused]] void write_svg(const std::string& path, const nlohmann::json& rows) {
+  const double W = 720, H = 420, L = 70, R = 20, T = 30, B = 50;
+  double ymax = 0;
+  for (const auto& r : rows)
+    ymax = std::max({ymax, r["tok_s"].get<double>(), r["floor_tok_s"].get<double>()});
+  ymax *= 1.1;
+  const double x0 = std::log2(rows.front()["context"].get<double>());
+  const double x1 = std::max(x0 + 1, std::log2(rows.back()["context"].get<double>()));
+  auto X = [&](double c) { return L + (std::log2(c) - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double y) { return H - B - y / ymax * (H - T - B); };
+  std::ofstream f(path);
+  if (!f) fail("cannot write {}", path);
+  f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n";
+  f << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B
+    << "' stroke='black'/>\n";
+  f << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
+    << "' stroke='black'/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double y = ymax * i / 5;
+    f << "<text x='" << L - 6 << "' y='" << Y(y) + 4 << "' text-anchor='end'>" << int(y)
+      << "</text>\n";
+  }
+  for (const auto& r : rows) {
+    const double c = r["context"].get<double>();
+    f << "<text x='" << X(c) << "' y='" << H - B + 16 << "' text-anchor='middle'>"
+      << (c >= 1024 ? std::to_string(int(c / 1024)) + "K" : std::to_string(int(c))) << "</text>\n";
+  }
+  auto line = [&](const char* key, const char* colour, const char* dash) {
+    f << "<polyline fill='none' stroke='" << colour << "' stroke-width='2' stroke-dasharray='"
+      << dash << "' points='";
+    for (const auto& r : rows)
+      f << X(r["context"].get<double>()) << "," << Y(r[key].get<double>()) << " ";
+    f << "'/>\n";
+  };
+  line("floor_tok_s", "gray", "6,4");
+  line("tok_s", "steelblue", "none");
+  f << "<text x='" << L + 10 << "' y='" << T + 4
+    << "'>decode tok/s (blue) vs bandwidth floor (gray), by context</text>\n";
+  f << "<text x='" << (W + L) / 2 << "' y='" << H - 10
+    << "' text-anchor='middle'>context length</text>\n</svg>\n";
+}
+
+int run_bench(const BenchOptions& o) {
+#ifndef TERN_HAVE_CUDA
+  fail("tern bench needs the CUDA backend, which is not built into this tern");
+#else
+  if (o.backend != "cuda") fail("tern bench: only --backend cuda is supported");
+  if (o.model.empty() == o.dummy.empty())
+    fail("tern bench: give exactly one of --model and --dummy");
+  std::unique_ptr<cuda::CudaBackend> be;
+  if (!o.dummy.empty()) {
+    ModelConfig cfg = parse_config(preset_config(o.dummy), "preset " + o.dummy);
+    be = std::make_unique<cuda::CudaBackend>(cuda::DeviceWeights::random(cfg, o.seed));
+  } else {
+    be = std::make_unique<cuda::CudaBackend>(load_model(o.model, WeightMode::q4));
+  }
+  const ModelConfig& c = be->config();
+  const std::vector<int64_t> lengths = parse_lengths(o.decode);
+  const double copy_bw = cuda::copy_bandwidth();
+  auto seq = be->new_sequence();
+  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
+  be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
+
+  const size_t weights = be->weights().active_bytes_per_token();
+  const size_t gdn_state =
+      size_t(c.n_linear_layers()) * (2 * size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim * 4 +
+                                     2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
+  const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 2;
+  std::printf(
+      "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
+      copy_bw / 1e9, weights / 1e6, double(cuda::device_memory_used()) / 1e9);
+  std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
+              "floor", "of floor");
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t L : lengths) {
+    be->fill_synthetic(*seq, L, o.seed + uint64_t(L));
+    std::vector<double> secs;
+    for (int r = 0; r < o.repeat; ++r) {
+      be->set_length(*seq, L);
+      secs.push_back(be->time_steps(*seq, o.gen));
+    }
+    const double t = median(secs) / o.gen, tok_s = 1.0 / t;
+    const double bytes =
+        double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
+    const double floor_tok_s = copy_bw / bytes;
+    std::printf("%9lld %10.1f %9.4f %10.1f %9.0f %10.1f %7.1f%%\n", (long long)L, tok_s, t * 1e3,
+                bytes / 1e6, bytes * tok_s / 1e9, floor_tok_s, 100 * tok_s / floor_tok_s);
+    std::fflush(stdout);
+    rows.push_back({{"context", L},
+                    {"tok_s", tok_s},
+                    {"ms_per_token", t * 1e3},
+                    {"bytes_per_token", bytes},
+                    {"gb_s", bytes * tok_s / 1e9},
+                    {"floor_tok_s", floor_tok_s},
+                    {"fraction_of_floor", tok_s / floor_tok_s},
+                    {"seconds_per_repeat", secs}});
+  }
+  const size_t mem = cuda::device_memory_used();
+  std::printf("device memory in use at the end: %.2f GB\n", double(mem) / 1e9);
+  nlohmann::json j = {{"command", o.command},
+                      {"git_revision", o.rev},
+                      {"backend", "cuda"},
+                      {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy},
+                      {"gen", o.gen},
+                      {"repeat", o.repeat},
+                      {"context_fill", "synthetic (random bf16 KV cache and GDN state), untimed"},
+                      {"copy_bandwidth_gb_s", copy_bw / 1e9},
+                      {"weight_bytes_per_token", weights},
+                      {"gdn_state_bytes_per_token", gdn_state},
+                      {"kv_bytes_per_position", kv_per_pos},
+                      {"weights_on_device_bytes", be->weights().total_bytes()},
+                      {"device_memory_used_bytes", mem},
+                      {"decode", rows}};
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    if (!f) fail("cannot write {}", o.json);
+    f << j.dump(2) << "\n";
+  }
+  if (!o.plot.empty()) write_svg(o.plot, rows);
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Decode speed by context length (CUDA)");
+  auto o = std::make_shared<BenchOptions>();
+  cmd->add_option("--model", o->model, "Checkpoint folder");
+  cmd->add_option("--dummy", o->dummy,
+                  "Random weights of a preset shape, made on the GPU (35b-a3b, tiny)");
+  cmd->add_option("--backend", o->backend, "cuda")->check(CLI::IsMember({"cuda"}));
+  cmd->add_option("--decode", o->decode, "Comma-separated context lengths");
+  cmd->add_option("--gen", o->gen, "Timed tokens per repeat")->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", o->repeat, "Repeats (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--json", o->json, "Write the results as JSON");
+  cmd->add_option("--plot", o->plot, "Write tok/s against context as SVG");
+  cmd->add_option("--seed", o->seed, "Seed of the random weights and contexts");
+  cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
+  return [o, cmd] {
+    o->command = "tern bench";
+    for (const auto& s : cmd->remaining(true)) o->command += " " + s;
+    for (const CLI::Option* opt : cmd->get_options())
+      if (opt->count() > 0 && !opt->get_lnames().empty() && opt->get_lnames()[0] != "help")
+        o->command += " --" + opt->get_lnames()[0] + " " + opt->as<std::string>();
+    return run_bench(*o);
+  };
+}
+
+}  // namespace tern::cli

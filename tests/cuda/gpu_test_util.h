@@ -1,0 +1,88 @@
+// Helpers of the CUDA tests: GPU presence (tests skip cleanly without one),
+// device copies of host vectors, random affine matrices on host and device.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/kernels.h"
+#include "model/quant.h"
+
+namespace tern::test {
+
+inline bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define TERN_REQUIRE_GPU() \
+  if (!::tern::test::have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+template <typename T>
+using DevPtr = std::unique_ptr<T, CudaFree>;
+
+template <typename T>
+DevPtr<T> to_dev(const std::vector<T>& v) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return DevPtr<T>(static_cast<T*>(p));
+}
+
+template <typename T>
+std::vector<T> to_host(const T* d, size_t n) {
+  std::vector<T> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+inline std::vector<float> randn(size_t n, std::mt19937& g, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// A random rows x cols matrix quantised with the project's quantiser, on both sides.
+struct TestMat {
+  QuantBuffer qb;
+  QTensor host;
+  DevPtr<uint32_t> w;
+  DevPtr<uint16_t> s, b;
+  cuda::DMat dev;
+
+  TestMat(int rows, int cols, int bits, std::mt19937& g, float sd = 1.0f) {
+    const auto dense = randn(size_t(rows) * cols, g, sd);
+    const size_t words = size_t(cols) * bits / 32, groups = size_t(cols / 64);
+    qb.packed.resize(words * rows);
+    qb.scales.resize(groups * rows);
+    qb.biases.resize(groups * rows);
+    for (int r = 0; r < rows; ++r)
+      quantize_row(&dense[size_t(r) * cols], cols, bits, 64, &qb.packed[r * words],
+                   &qb.scales[r * groups], &qb.biases[r * groups]);
+    host = qb.view(rows, cols, bits, 64);
+    w = to_dev(qb.packed), s = to_dev(qb.scales), b = to_dev(qb.biases);
+    dev = cuda::DMat{w.get(), s.get(), b.get(), rows, cols, bits};
+  }
+};
+
+inline float max_abs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace tern::test

@@ -1,0 +1,144 @@
+// The Gated DeltaNet step and attention decode kernels against their CPU
+// twins (cpu::delta_rule_recurrent + norms + gates; cpu::apply_rope, RMSNorm and
+// softmax attention over a bf16 cache), on fresh random inputs.
+#include <cmath>
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/gdn.h"
+#include "backends/cpu/ops.h"
+#include "core/bf16.h"
+#include "gpu_test_util.h"
+
+namespace tern::test {
+namespace {
+
+void l2n(float* x, int n, float scale) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float inv = scale / std::sqrt(float(ss) + 1e-6f);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+class GdnStep : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(GdnStep, MatchesCpuRecurrence) {
+  TERN_REQUIRE_GPU();
+  const auto [Hk, Hv] = GetParam();
+  constexpr int d = 128;
+  std::mt19937 g(uint32_t(Hk * 31 + Hv));
+  const int key_dim = Hk * d, C = 2 * key_dim + Hv * d;
+  const auto conv = randn(size_t(C), g), z = randn(size_t(Hv * d), g), b = randn(size_t(Hv), g),
+             a = randn(size_t(Hv), g);
+  std::vector<float> a_log(static_cast<size_t>(Hv)), dt(static_cast<size_t>(Hv)),
+      norm(static_cast<size_t>(d));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int n = 0; n < Hv; ++n)
+    a_log[size_t(n)] = std::log(1.0f + 15.0f * u(g)), dt[size_t(n)] = 2 * u(g) - 1;
+  for (float& w : norm) w = 0.9f + 0.2f * u(g);
+  auto S = randn(size_t(Hv) * d * d, g, 0.1f);
+  auto dconv = to_dev(conv), dz = to_dev(z), db = to_dev(b), da = to_dev(a), dal = to_dev(a_log),
+       ddt = to_dev(dt), dnorm = to_dev(norm), dS = to_dev(S),
+       dy = to_dev(std::vector<float>(size_t(Hv * d)));
+  cuda::GdnStepArgs args{dconv.get(), dz.get(), db.get(), da.get(), dal.get(), ddt.get(),
+                         dnorm.get(), 1e-6f,    dS.get(), dy.get(), Hk,        Hv};
+  ASSERT_EQ(cuda::gdn_step(args, nullptr), cudaSuccess);
+
+  std::vector<float> y(size_t(Hv * d));
+  for (int n = 0; n < Hv; ++n) {
+    const int m = n / (Hv / Hk);
+    std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
+    std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
+    const float* v = &conv[size_t(2 * key_dim + n * d)];
+    l2n(q.data(), d, 1.0f / std::sqrt(float(d)));
+    l2n(k.data(), d, 1.0f);
+    const float beta = cpu::sigmoid(b[size_t(n)]);
+    const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
+    std::vector<float> o(static_cast<size_t>(d));
+    cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
+                              o.data());
+    cpu::rms_norm(o.data(), norm.data(), d, 1e-6f, &y[size_t(n * d)]);
+    for (int j = 0; j < d; ++j) y[size_t(n * d + j)] *= cpu::silu(z[size_t(n * d + j)]);
+  }
+  EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), 1e-5f * max_abs(y));
+  EXPECT_LE(max_diff(to_host(dS.get(), S.size()), S), 1e-5f * max_abs(S));
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, GdnStep, ::testing::Values(std::pair{2, 4}, std::pair{16, 32}));
+
+struct AttnCase {
+  int heads, kv, pos;
+};
+class AttnDecode : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
+  TERN_REQUIRE_GPU();
+  const auto [H, KV, pos] = GetParam();
+  constexpr int hd = 256, rot = 64;
+  const float theta = 1e7f;
+  const int cap = pos + 5, n = pos + 1;
+  std::mt19937 g(uint32_t(H + KV * 3 + pos));
+  const auto qkv = randn(size_t(2 * H * hd + 2 * KV * hd), g);
+  std::vector<float> qn(hd), kn(hd);
+  for (int i = 0; i < hd; ++i)
+    qn[size_t(i)] = 1 + 0.1f * randn(1, g)[0], kn[size_t(i)] = 1 + 0.1f * randn(1, g)[0];
+  std::vector<uint16_t> kc(size_t(KV) * cap * hd), vc(kc.size());
+  for (size_t i = 0; i < kc.size(); ++i)
+    kc[i] = f32_to_bf16(randn(1, g)[0]), vc[i] = f32_to_bf16(randn(1, g)[0]);
+  auto dqkv = to_dev(qkv), dqn = to_dev(qn), dkn = to_dev(kn);
+  auto dk = to_dev(kc), dv = to_dev(vc);
+  auto dq = to_dev(std::vector<float>(size_t(H * hd))),
+       dout = to_dev(std::vector<float>(size_t(H * hd)));
+  const int splits = cuda::attn_splits(n);
+  auto dpart = to_dev(std::vector<float>(size_t(H) * splits * (hd + 2)));
+  auto dpos = to_dev(std::vector<int>{pos});
+  cuda::AttnPrepArgs p{dqkv.get(), dqn.get(), dkn.get(), 1e-6f, dq.get(), dk.get(), dv.get(),
+                       dpos.get(), H,         KV,        rot,   cap,      theta};
+  ASSERT_EQ(cuda::attn_prep(p, nullptr), cudaSuccess);
+  cuda::AttnDecodeArgs d{dq.get(),   dk.get(), dv.get(), dpos.get(), dqkv.get(), dpart.get(),
+                         dout.get(), H,        KV,       cap,        splits};
+  ASSERT_EQ(cuda::attn_decode(d, nullptr), cudaSuccess);
+
+  // CPU twin: new k, v rounded to bf16 as the cache stores them.
+  for (int h = 0; h < KV; ++h) {
+    std::vector<float> k(&qkv[size_t(2 * H * hd + h * hd)], &qkv[size_t(2 * H * hd + h * hd + hd)]);
+    cpu::rms_norm(k.data(), kn.data(), hd, 1e-6f, k.data());
+    cpu::apply_rope(k.data(), rot, theta, pos);
+    for (int i = 0; i < hd; ++i) {
+      kc[(size_t(h) * cap + pos) * hd + i] = f32_to_bf16(k[size_t(i)]);
+      vc[(size_t(h) * cap + pos) * hd + i] =
+          f32_to_bf16(qkv[size_t(2 * H * hd + KV * hd + h * hd + i)]);
+    }
+  }
+  std::vector<float> ref(size_t(H * hd));
+  for (int h = 0; h < H; ++h) {
+    const int kvh = h / (H / KV);
+    std::vector<float> q(&qkv[size_t(2 * h * hd)], &qkv[size_t(2 * h * hd + hd)]);
+    cpu::rms_norm(q.data(), qn.data(), hd, 1e-6f, q.data());
+    cpu::apply_rope(q.data(), rot, theta, pos);
+    std::vector<double> s(static_cast<size_t>(n));
+    double mx = -1e30, sum = 0;
+    for (int j = 0; j < n; ++j) {
+      double dot = 0;
+      for (int i = 0; i < hd; ++i)
+        dot += q[size_t(i)] * bf16_to_f32(kc[(size_t(kvh) * cap + j) * hd + i]);
+      s[size_t(j)] = dot / 16.0;
+      mx = std::max(mx, s[size_t(j)]);
+    }
+    for (double& x : s) sum += (x = std::exp(x - mx));
+    for (int i = 0; i < hd; ++i) {
+      double o = 0;
+      for (int j = 0; j < n; ++j)
+        o += s[size_t(j)] * bf16_to_f32(vc[(size_t(kvh) * cap + j) * hd + i]);
+      ref[size_t(h * hd + i)] = float(o / sum) * cpu::sigmoid(qkv[size_t(2 * h * hd + hd + i)]);
+    }
+  }
+  EXPECT_LE(max_diff(to_host(dout.get(), ref.size()), ref), 1e-4f * max_abs(ref));
+  EXPECT_EQ(to_host(dk.get(), kc.size()), kc);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
+                         ::testing::Values(AttnCase{4, 2, 0}, AttnCase{4, 2, 77},
+                                           AttnCase{16, 2, 300}, AttnCase{16, 2, 5000}));
+
+}  // namespace
+}  // namespace tern::test
