@@ -16,4 +16,4 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --form
 $BIN/tern bench --dummy 35b-a3b --backend cuda \
   --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
   --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
-  --rev "$(cat $BIN/REV)" 2>&1 | tee $OUT/bench.log
+  --rev "$(tr -d "\n" <$BIN/REV)" 2>&1 | tee $OUT/bench.log

@@ -113,20 +113,35 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   }
 }
 
+constexpr int kMaxSplits = 128;
+
+// Merges the splits of one query head: the per-split weights exp(m_s - M) are
+// computed once, in parallel, then every thread (one output dim) sums its
+// column with independent loads.
 __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
-  const int h = blockIdx.x, d = threadIdx.x;
-  const float* part = a.part + size_t(h) * a.splits * (kD + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) M = fmaxf(M, part[s * (kD + 2) + kD]);
-  float L = 0.0f, O = 0.0f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float* p = part + s * (kD + 2);
-    if (p[kD + 1] == 0.0f) continue;
-    const float c = expf(p[kD] - M);
-    L += p[kD + 1] * c;
-    O += p[d] * c;
+  __shared__ float w[kMaxSplits], red[32];
+  const int h = blockIdx.x, d = threadIdx.x, n = a.splits;
+  const float* part = a.part + size_t(h) * n * (kD + 2);
+  const bool mine = d < n && part[d * (kD + 2) + kD + 1] != 0.0f;
+  const float m = mine ? part[d * (kD + 2) + kD] : -INFINITY;
+  // Block max through the scratch (block_sum's pattern, with max).
+  float M = warp_max(m);
+  if ((d & 31) == 0) red[d >> 5] = M;
+  __syncthreads();
+  M = red[0];
+  for (int i = 1; i < kD / 32; ++i) M = fmaxf(M, red[i]);
+  __syncthreads();
+  const float c = mine ? expf(m - M) : 0.0f;
+  if (d < n) w[d] = c;
+  const float L = block_sum(mine ? part[d * (kD + 2) + kD + 1] * c : 0.0f, red);
+  float o0 = 0.0f, o1 = 0.0f;
+  int s = 0;
+  for (; s + 1 < n; s += 2) {
+    o0 += part[s * (kD + 2) + d] * w[s];
+    o1 += part[(s + 1) * (kD + 2) + d] * w[s + 1];
   }
-  a.out[h * kD + d] = O / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
+  if (s < n) o0 += part[s * (kD + 2) + d] * w[s];
+  a.out[h * kD + d] = (o0 + o1) / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
 }
 
 }  // namespace
@@ -139,7 +154,7 @@ cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
 int attn_splits(int64_t n) {
   int64_t tier = 64;
   while (tier < n) tier *= 2;
-  return int(std::min<int64_t>(128, std::max<int64_t>(1, tier / 64)));
+  return int(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, tier / 64)));
 }
 
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {

@@ -15,19 +15,16 @@ constexpr int kThreads = 256;
 template <int BITS>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<BITS>;
-  extern __shared__ float sm[];
+  extern __shared__ float4 sm4[];
   const int K = a.W.cols, NC = K / C::kCodes;
-  float* xs = sm;
-  float* xsum = xs + NC * C::kStride;
-  float* red = xsum + NC;
-  stage_x<BITS>(a.x, K, a.norm, a.eps, xs, xsum, red);
+  const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int nwarps = gridDim.x * (kThreads / 32);
   for (int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw; r0 < a.W.rows; r0 += nwarps * rpw) {
     const int r = r0 + sub;
-    float acc = r < a.W.rows ? row_dot<BITS>(a.W, size_t(r), xs, xsum, sl, lpr) : 0.0f;
+    float acc = r < a.W.rows ? row_dot<BITS>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
     acc = group_sum(acc, lpr);
     if (sl != 0 || r >= a.W.rows) continue;
     if (a.out == GemvOut::add) {

@@ -24,87 +24,64 @@ __device__ bool last_block(unsigned* counter) {
   return last;
 }
 
-// Block-wide arg max; ties go to the lower index. Every thread gets the index.
-__device__ int block_argmax(float v, int i, float* sv, int* si) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Warp-wide arg max; ties go to the lower index. Every lane gets the result.
+__device__ void warp_argmax(float& v, int& i) {
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(kFull, v, o);
     const int i2 = __shfl_xor_sync(kFull, i, o);
     if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
   }
-  __syncthreads();
-  if (lane == 0) sv[warp] = v, si[warp] = i;
-  __syncthreads();
-  v = sv[0], i = si[0];
-  for (int w = 1; w < int(blockDim.x >> 5); ++w)
-    if (sv[w] > v || (sv[w] == v && si[w] < i)) v = sv[w], i = si[w];
-  return i;
 }
 
 __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   using C = Chunk<8>;
-  extern __shared__ float sm[];
+  extern __shared__ float4 sm4[];
   const int K = a.W.cols, NC = K / C::kCodes, E = a.W.rows - 1;
-  float* xs = sm;
-  float* xsum = xs + NC * C::kStride;
-  float* red = xsum + NC;
-  stage_x<8>(a.h, K, a.norm, a.eps, xs, xsum, red);
+  const StagedX xs = stage_x<8>(a.h, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
   if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < K; i += kThreads)
-      a.a[i] = xs[(i / C::kCodes) * C::kStride + i % C::kCodes];
+    for (int i = threadIdx.x; i < K; i += kThreads) a.a[i] = staged_value<8>(xs, i);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int r = (blockIdx.x * kWarps + warp) * rpw + sub;
-  float acc = r < a.W.rows ? row_dot<8>(a.W, size_t(r), xs, xsum, sl, lpr) : 0.0f;
+  float acc = r < a.W.rows ? row_dot<8>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
   acc = group_sum(acc, lpr);
   if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
   if (!last_block(a.counter)) return;
 
-  // Softmax over the experts, top-k by probability, renormalised weights.
-  __shared__ float p[1024], sv[32];
-  __shared__ int si[32];
+  // One warp: softmax over the experts, top-k by probability (k rounds of a
+  // shuffle arg max, no block barriers), renormalised weights.
+  if (warp != 0) return;
+  __shared__ float p[1024];
   float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += kThreads) mx = fmaxf(mx, p[e] = __ldcg(a.logits + e));
-  {  // block max
-    float m = warp_max(mx);
-    if (lane == 0) sv[warp] = m;
-    __syncthreads();
-    m = sv[0];
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sv[w]);
-    mx = m;
-  }
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = __ldcg(a.logits + e));
+  mx = warp_max(mx);
   float part = 0.0f;
-  for (int e = threadIdx.x; e < E; e += kThreads) part += (p[e] = expf(p[e] - mx));
-  const float sum = block_sum(part, red);
-  float total = 0.0f;
+  for (int e = lane; e < E; e += 32) part += (p[e] = expf(p[e] - mx));
+  const float sum = warp_sum(part);
+  __syncwarp();
+  float total = 0.0f, my_w = 0.0f;
+  int my_id = 0;
   for (int t = 0; t < a.top_k; ++t) {
     float best = -1.0f;
     int bi = E;
-    for (int e = threadIdx.x; e < E; e += kThreads)
+    for (int e = lane; e < E; e += 32)
       if (p[e] > best) best = p[e], bi = e;
-    const int pick = block_argmax(best, bi, sv, si);
-    const float pe = p[pick] / sum;
-    total += pe;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      a.ids[t] = pick;
-      a.wts[t] = pe;
-      p[pick] = -2.0f;
-    }
-    __syncthreads();
+    warp_argmax(best, bi);
+    total += best / sum;
+    if (lane == t) my_w = best / sum, my_id = bi;
+    if (lane == bi % 32) p[bi] = -2.0f;
+    __syncwarp();
   }
-  if (threadIdx.x < a.top_k) a.wts[threadIdx.x] /= total;
-  if (threadIdx.x == 0) a.wts[a.top_k] = sigmoidf(__ldcg(a.logits + E));
+  if (lane < a.top_k) a.ids[lane] = my_id, a.wts[lane] = my_w / total;
+  if (lane == 0) a.wts[a.top_k] = sigmoidf(__ldcg(a.logits + E));
 }
 
 __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
   using C = Chunk<4>;
-  extern __shared__ float sm[];
+  extern __shared__ float4 sm4[];
   const int K = a.gate_up.cols, NC = K / C::kCodes, I = a.inter;
-  float* xs = sm;
-  float* xsum = xs + NC * C::kStride;
-  stage_x<4>(a.a, K, nullptr, 0.0f, xs, xsum, xsum + NC);
+  const StagedX xs = stage_x<4>(a.a, K, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   const int slot = blockIdx.y;
   const size_t e = slot < a.top_k ? size_t(a.ids[slot]) : size_t(a.n_experts);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -112,8 +89,8 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
   const int f = (blockIdx.x * kWarps + warp) * rpw + sub;
   float g = 0.0f, u = 0.0f;
   if (f < I) {
-    g = row_dot<4>(a.gate_up, e * 2 * I + f, xs, xsum, sl, lpr);
-    u = row_dot<4>(a.gate_up, e * 2 * I + I + f, xs, xsum, sl, lpr);
+    g = row_dot<4>(a.gate_up, e * 2 * I + f, xs, sl, lpr);
+    u = row_dot<4>(a.gate_up, e * 2 * I + I + f, xs, sl, lpr);
   }
   g = group_sum(g, lpr);
   u = group_sum(u, lpr);
@@ -122,12 +99,10 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
 
 __global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs a) {
   using C = Chunk<4>;
-  extern __shared__ float sm[];
+  extern __shared__ float4 sm4[];
   const int I = a.down.cols, D = a.down.rows / (a.n_experts + 1), slots = a.top_k + 1;
-  const int NCs = I / C::kCodes, NC = NCs * slots;  // chunks per slot, in all
-  float* xs = sm;
-  float* xsum = xs + NC * C::kStride;
-  stage_x<4>(a.act, I * slots, nullptr, 0.0f, xs, xsum, xsum + NC);
+  const int NCs = I / C::kCodes;  // chunks per slot
+  const StagedX xs = stage_x<4>(a.act, I * slots, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NCs), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int d = (blockIdx.x * kWarps + warp) * rpw + sub;
@@ -136,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs 
     for (int s = 0; s < slots; ++s) {
       const size_t e = s < a.top_k ? size_t(a.ids[s]) : size_t(a.n_experts);
       acc += a.wts[s] *
-             row_dot<4>(a.down, e * D + d, xs + s * NCs * C::kStride, xsum + s * NCs, sl, lpr);
+             row_dot<4>(a.down, e * D + d, xs.at_chunk(s * NCs), sl, lpr);
     }
   acc = group_sum(acc, lpr);
   if (sl == 0 && d < D) a.h[d] += acc;

@@ -1,9 +1,14 @@
 // The 4/8-bit affine row dot product shared by the GEMV-shaped kernels.
 // y = sum_g s_g * (sum_{k in g} q_k x_k) + b_g * (sum_{k in g} x_k): MLX's own
 // per-group arithmetic. Each lane streams 16-byte chunks of a row (32 codes at
-// 4 bits, 16 at 8 bits), four chunks in flight; the activation sits in shared
-// memory padded by one float per chunk so that the lanes of a warp, each on
-// its own chunk, hit distinct banks.
+// 4 bits, 16 at 8 bits), four chunks in flight.
+//
+// Version 2 (measured in docs/kernels/cuda-decode.md): the activation is staged
+// in shared memory "chunk-minor" as float4s (float4 f of chunk c at f * chunks
+// + c), so a warp whose lanes hold consecutive chunks reads it with conflict-free
+// 16-byte loads, one per four weights; codes become floats by the exponent trick
+// (q | 0x4B000000 is 2^23 + q) instead of the quarter-rate int-to-float convert;
+// four independent accumulators break the FMA dependency chain.
 #pragma once
 
 #include "backends/cuda/common.cuh"
@@ -13,22 +18,33 @@ namespace tern::cuda {
 
 template <int BITS>
 struct Chunk {
-  static constexpr int kCodes = 128 / BITS;   // codes per 16-byte chunk
-  static constexpr int kStride = kCodes + 1;  // padded smem stride
+  static constexpr int kCodes = 128 / BITS;  // codes per 16-byte chunk
+  static constexpr int kVecs = kCodes / 4;   // float4s of x per chunk
+};
+
+// An activation staged by stage_x: float4 f of chunk c at x4[f * stride + c].
+struct StagedX {
+  const float4* x4;
+  const float* xsum;  // per chunk
+  int stride;         // chunks staged in all
+  __device__ StagedX at_chunk(int c) const { return {x4 + c, xsum + c, stride}; }
 };
 
 // Bytes of shared memory stage_x needs for K inputs (+ 32 floats of scratch).
 template <int BITS>
 constexpr size_t stage_bytes(int K) {
-  return sizeof(float) * (size_t(K / Chunk<BITS>::kCodes) * (Chunk<BITS>::kStride + 1) + 32);
+  return sizeof(float) * (size_t(K) + size_t(K / Chunk<BITS>::kCodes) + 32) + 16;
 }
 
 // Loads x ([K]) into smem, optionally RMS-normalised and multiplied by norm[],
-// and the per-chunk sums. Returns the pointer past the staged data.
+// with the per-chunk sums. `sm` is the dynamic shared memory (16-byte aligned).
 template <int BITS>
-__device__ void stage_x(const float* x, int K, const float* norm, float eps, float* xs, float* xsum,
-                        float* red) {
+__device__ StagedX stage_x(const float* x, int K, const float* norm, float eps, float* sm) {
   using C = Chunk<BITS>;
+  const int NC = K / C::kCodes;
+  float4* x4 = reinterpret_cast<float4*>(sm);
+  float* xsum = sm + K;
+  float* red = xsum + NC;
   float inv = 1.0f;
   if (norm != nullptr) {
     float ss = 0.0f;
@@ -36,31 +52,61 @@ __device__ void stage_x(const float* x, int K, const float* norm, float eps, flo
     ss = block_sum(ss, red);
     inv = 1.0f / sqrtf(ss / float(K) + eps);
   }
-  for (int i = threadIdx.x; i < K; i += blockDim.x) {
-    float v = x[i];
-    if (norm != nullptr) v = v * inv * norm[i];
-    xs[(i / C::kCodes) * C::kStride + i % C::kCodes] = v;
+  // Thread t stages float4 number t of x (elements 4t..4t+3).
+  for (int v = threadIdx.x; v < K / 4; v += blockDim.x) {
+    float4 q = reinterpret_cast<const float4*>(x)[v];
+    if (norm != nullptr) {
+      const float4 w = reinterpret_cast<const float4*>(norm)[v];
+      q = make_float4(q.x * inv * w.x, q.y * inv * w.y, q.z * inv * w.z, q.w * inv * w.w);
+    }
+    const int c = v / C::kVecs, f = v % C::kVecs;
+    x4[f * NC + c] = q;
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < K / C::kCodes; c += blockDim.x) {
+  for (int c = threadIdx.x; c < NC; c += blockDim.x) {
     float s = 0.0f;
-    for (int j = 0; j < C::kCodes; ++j) s += xs[c * C::kStride + j];
+#pragma unroll
+    for (int f = 0; f < C::kVecs; ++f) {
+      const float4 q = x4[f * NC + c];
+      s += (q.x + q.y) + (q.z + q.w);
+    }
     xsum[c] = s;
   }
   __syncthreads();
+  return {x4, xsum, NC};
+}
+
+// x[i] of a staged activation (for writing it back out).
+template <int BITS>
+__device__ __forceinline__ float staged_value(const StagedX& s, int i) {
+  using C = Chunk<BITS>;
+  const int c = i / C::kCodes, e = i % C::kCodes;
+  return reinterpret_cast<const float*>(s.x4 + (e / 4) * s.stride + c)[e % 4];
+}
+
+// 2^23 + q as a float, minus 2^23: q exactly, with one integer op and one FADD.
+__device__ __forceinline__ float code_to_float(uint32_t word, int shift, uint32_t mask) {
+  return __uint_as_float(((word >> shift) & mask) | 0x4B000000u) - 8388608.0f;
 }
 
 template <int BITS>
-__device__ __forceinline__ float chunk_dot(const uint4 q, const float* x) {
+__device__ __forceinline__ float chunk_dot(const uint4 q, const float4* x4, int stride) {
   const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-  constexpr int per = 32 / BITS;
+  constexpr int per = 32 / BITS;  // codes per word
   constexpr uint32_t mask = (1u << BITS) - 1;
-  float d = 0.0f;
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k)
 #pragma unroll
-    for (int j = 0; j < per; ++j) d = fmaf(float((w[k] >> (BITS * j)) & mask), x[k * per + j], d);
-  return d;
+    for (int f = 0; f < per / 4; ++f) {
+      const float4 xv = x4[(k * (per / 4) + f) * stride];
+      const int s0 = BITS * 4 * f;
+      a0 = fmaf(code_to_float(w[k], s0, mask), xv.x, a0);
+      a1 = fmaf(code_to_float(w[k], s0 + BITS, mask), xv.y, a1);
+      a2 = fmaf(code_to_float(w[k], s0 + 2 * BITS, mask), xv.z, a2);
+      a3 = fmaf(code_to_float(w[k], s0 + 3 * BITS, mask), xv.w, a3);
+    }
+  return (a0 + a1) + (a2 + a3);
 }
 
 // Lanes that cooperate on one row: a power of two, at most 32, at most the chunks.
@@ -70,10 +116,11 @@ __device__ __forceinline__ int lanes_per_row(int chunks) {
   return l;
 }
 
-// This lane's share of row `row` of W (lane sl of lpr lanes); reduce afterwards.
+// This lane's share of row `row` of W (lane sl of lpr lanes), against the staged
+// activation `x` (whose chunk 0 lines up with the row's first chunk); reduce afterwards.
 template <int BITS>
-__device__ __forceinline__ float row_dot(const DMat& W, size_t row, const float* xs,
-                                         const float* xsum, int sl, int lpr) {
+__device__ __forceinline__ float row_dot(const DMat& W, size_t row, const StagedX& x, int sl,
+                                         int lpr) {
   using C = Chunk<BITS>;
   const int K = W.cols, NC = K / C::kCodes, G = K / kGroup;
   const uint4* p = reinterpret_cast<const uint4*>(W.w + row * size_t(K * BITS / 32));
@@ -92,7 +139,7 @@ __device__ __forceinline__ float row_dot(const DMat& W, size_t row, const float*
       const int c = c0 + u * lpr;
       if (c < NC) {
         const int g = c * C::kCodes / kGroup;
-        acc += bf(sc[g]) * chunk_dot<BITS>(q[u], xs + c * C::kStride) + bf(bi[g]) * xsum[c];
+        acc += bf(sc[g]) * chunk_dot<BITS>(q[u], x.x4 + c, x.stride) + bf(bi[g]) * x.xsum[c];
       }
     }
   }

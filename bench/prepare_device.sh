@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds here what bench/device_run.sh runs on the GPU machine (which has no
+# fmt, spdlog, PCRE2, utf8proc or GoogleTest) and puts it in bench/prebuilt
+# (git-ignored; name it in the device call's `carry`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=ON >/dev/null
+cmake --build build -j "$(nproc)" --target tern test_cuda
+rm -rf bench/prebuilt && mkdir -p bench/prebuilt/lib
+cp build/tern build/test_cuda bench/prebuilt/
+for lib in $(ldd build/tern build/test_cuda | awk '/spdlog|fmt|pcre2|utf8proc/ {print $3}' | sort -u); do
+  cp -L "$lib" bench/prebuilt/lib/
+done
+pwd >bench/prebuilt/SOURCE_DIR
+git rev-parse --short HEAD >bench/prebuilt/REV
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "+dirty" >>bench/prebuilt/REV; fi
+du -sh bench/prebuilt
