@@ -87,13 +87,11 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int f = (blockIdx.x * kWarps + warp) * rpw + sub;
-  float g = 0.0f, u = 0.0f;
-  if (f < I) {
-    g = row_dot<4>(a.gate_up, e * 2 * I + f, xs, sl, lpr);
-    u = row_dot<4>(a.gate_up, e * 2 * I + I + f, xs, sl, lpr);
-  }
-  g = group_sum(g, lpr);
-  u = group_sum(u, lpr);
+  const size_t rows[2] = {e * 2 * I + f, e * 2 * I + I + f};  // gate row, up row
+  float gu[2] = {0.0f, 0.0f};
+  const int xoff[2] = {0, 0};
+  if (f < I) rows_dot<4, 2, 2>(a.gate_up, rows, xoff, 2, xs, sl, lpr, gu);
+  const float g = group_sum(gu[0], lpr), u = group_sum(gu[1], lpr);
   if (sl == 0 && f < I) a.act[slot * I + f] = siluf(g) * u;
 }
 
@@ -106,13 +104,24 @@ __global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NCs), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int d = (blockIdx.x * kWarps + warp) * rpw + sub;
+  // Each slot's row dotted with its own part of the staged activations (slot
+  // s's chunk 0 is staged chunk s * NCs); all slots' loads go out together.
+  constexpr int kSlots = kMaxTopK + 1;
+  size_t rows[kSlots];
+  int xoff[kSlots];
+  float part[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const size_t e = s < a.top_k ? size_t(a.ids[min(s, a.top_k - 1)]) : size_t(a.n_experts);
+    rows[s] = e * D + d;
+    xoff[s] = s * NCs;
+    part[s] = 0.0f;
+  }
+  if (d < D) rows_dot<4, kSlots, 1>(a.down, rows, xoff, slots, xs, sl, lpr, part);
   float acc = 0.0f;
-  if (d < D)
-    for (int s = 0; s < slots; ++s) {
-      const size_t e = s < a.top_k ? size_t(a.ids[s]) : size_t(a.n_experts);
-      acc += a.wts[s] *
-             row_dot<4>(a.down, e * D + d, xs.at_chunk(s * NCs), sl, lpr);
-    }
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s)
+    if (s < slots) acc += a.wts[s] * part[s];
   acc = group_sum(acc, lpr);
   if (sl == 0 && d < D) a.h[d] += acc;
 }

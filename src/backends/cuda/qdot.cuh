@@ -27,7 +27,6 @@ struct StagedX {
   const float4* x4;
   const float* xsum;  // per chunk
   int stride;         // chunks staged in all
-  __device__ StagedX at_chunk(int c) const { return {x4 + c, xsum + c, stride}; }
 };
 
 // Bytes of shared memory stage_x needs for K inputs (+ 32 floats of scratch).
@@ -116,34 +115,59 @@ __device__ __forceinline__ int lanes_per_row(int chunks) {
   return l;
 }
 
-// This lane's share of row `row` of W (lane sl of lpr lanes), against the staged
-// activation `x` (whose chunk 0 lines up with the row's first chunk); reduce afterwards.
+// One 16-byte chunk of a row with its group's scale and bias, loaded ahead of use.
+struct ChunkLoad {
+  uint4 q = make_uint4(0, 0, 0, 0);
+  float s = 0.0f, b = 0.0f;
+};
+
+template <int BITS>
+__device__ __forceinline__ ChunkLoad load_chunk(const DMat& W, size_t row, int c) {
+  const int K = W.cols, G = K / kGroup, g = c * Chunk<BITS>::kCodes / kGroup;
+  ChunkLoad l;
+  l.q = __ldcs(reinterpret_cast<const uint4*>(W.w + row * size_t(K * BITS / 32)) + c);
+  l.s = bf(reinterpret_cast<const __nv_bfloat16*>(W.s)[row * G + g]);
+  l.b = bf(reinterpret_cast<const __nv_bfloat16*>(W.b)[row * G + g]);
+  return l;
+}
+
+// This lane's share (lane sl of lpr lanes) of the dot products of `n` rows of W
+// (n <= N) with the staged activation: row r's chunk c meets staged chunk
+// xoff[r] + c. Reduce across the lpr lanes afterwards. All N rows' U chunks are
+// loaded before any is used, so their memory latencies overlap.
+template <int BITS, int N, int U>
+__device__ __forceinline__ void rows_dot(const DMat& W, const size_t (&rows)[N],
+                                         const int (&xoff)[N], int n, const StagedX& x, int sl,
+                                         int lpr, float (&acc)[N]) {
+  const int NC = W.cols / Chunk<BITS>::kCodes;
+  for (int c0 = sl; c0 < NC; c0 += U * lpr) {
+    ChunkLoad l[N][U];
+#pragma unroll
+    for (int r = 0; r < N; ++r)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (r < n && c0 + u * lpr < NC) l[r][u] = load_chunk<BITS>(W, rows[r], c0 + u * lpr);
+#pragma unroll
+    for (int r = 0; r < N; ++r)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * lpr;
+        if (r < n && c < NC)
+          acc[r] += l[r][u].s * chunk_dot<BITS>(l[r][u].q, x.x4 + xoff[r] + c, x.stride) +
+                    l[r][u].b * x.xsum[xoff[r] + c];
+      }
+  }
+}
+
+// One row, four chunks in flight.
 template <int BITS>
 __device__ __forceinline__ float row_dot(const DMat& W, size_t row, const StagedX& x, int sl,
                                          int lpr) {
-  using C = Chunk<BITS>;
-  const int K = W.cols, NC = K / C::kCodes, G = K / kGroup;
-  const uint4* p = reinterpret_cast<const uint4*>(W.w + row * size_t(K * BITS / 32));
-  const __nv_bfloat16* sc = reinterpret_cast<const __nv_bfloat16*>(W.s) + row * G;
-  const __nv_bfloat16* bi = reinterpret_cast<const __nv_bfloat16*>(W.b) + row * G;
-  float acc = 0.0f;
-  for (int c0 = sl; c0 < NC; c0 += 4 * lpr) {
-    uint4 q[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int c = c0 + u * lpr;
-      q[u] = c < NC ? __ldcs(p + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int c = c0 + u * lpr;
-      if (c < NC) {
-        const int g = c * C::kCodes / kGroup;
-        acc += bf(sc[g]) * chunk_dot<BITS>(q[u], x.x4 + c, x.stride) + bf(bi[g]) * x.xsum[c];
-      }
-    }
-  }
-  return acc;
+  const size_t rows[1] = {row};
+  const int xoff[1] = {0};
+  float acc[1] = {0.0f};
+  rows_dot<BITS, 1, 4>(W, rows, xoff, 1, x, sl, lpr, acc);
+  return acc[0];
 }
 
 __device__ __forceinline__ float group_sum(float v, int lpr) {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# On the GPU machine: per-kernel time of decode steps at one context length
+# (ncu; clocks locked to base and caches flushed between kernels, so totals are
+# higher than event-timed steps), aggregated by kernel name into $OUT/profile.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=bench/prebuilt
+export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
+CTX=${CTX:-4096}
+ncu --metrics gpu__time_duration.sum --csv --graph-profiling node \
+  $BIN/tern bench --dummy 35b-a3b --backend cuda --decode "$CTX" --gen 2 --repeat 1 \
+  --json /tmp/p.json >/tmp/ncu.csv 2>/tmp/ncu.err
+python3 - "$CTX" <<'PY' | tee $OUT/profile.txt
+import csv, sys, collections
+rows = [r for r in csv.reader(open("/tmp/ncu.csv")) if len(r) > 10]
+head = rows[0]
+k, v = head.index("Kernel Name"), head.index("Metric Value")
+t = collections.defaultdict(list)
+for r in rows[1:]:
+    try:
+        t[r[k].split("(")[0].split("<")[0]].append(float(r[v].replace(",", "")))
+    except ValueError:
+        pass
+# The decode kernels of one step: divide by the number of steps seen (argmax runs once a step).
+steps = max(1, len(t.get("argmax_kernel", [])))
+print(f"context {sys.argv[1]}: {steps} steps profiled; per step:")
+total = 0
+for name, vals in sorted(t.items(), key=lambda kv: -sum(kv[1])):
+    if name.startswith("fill") or name.startswith("copy"):
+        continue
+    us = sum(vals) / 1000 / steps
+    total += us
+    print(f"{name:32s} {len(vals)//steps:5d} launches {us:9.1f} us  {us/(len(vals)/steps):7.2f} us/launch")
+print(f"{'total':32s} {'':15s} {total:9.1f} us")
+PY
+tail -3 /tmp/ncu.err
