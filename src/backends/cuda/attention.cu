@@ -134,14 +134,15 @@ __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
   const float c = mine ? expf(m - M) : 0.0f;
   if (d < n) w[d] = c;
   const float L = block_sum(mine ? part[d * (kD + 2) + kD + 1] * c : 0.0f, red);
-  float o0 = 0.0f, o1 = 0.0f;
+  // Eight independent loads in flight per step.
+  float o[8] = {};
   int s = 0;
-  for (; s + 1 < n; s += 2) {
-    o0 += part[s * (kD + 2) + d] * w[s];
-    o1 += part[(s + 1) * (kD + 2) + d] * w[s + 1];
-  }
-  if (s < n) o0 += part[s * (kD + 2) + d] * w[s];
-  a.out[h * kD + d] = (o0 + o1) / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
+  for (; s + 8 <= n; s += 8)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] += part[(s + i) * (kD + 2) + d] * w[s + i];
+  for (; s < n; ++s) o[0] += part[s * (kD + 2) + d] * w[s];
+  const float O = ((o[0] + o[1]) + (o[2] + o[3])) + ((o[4] + o[5]) + (o[6] + o[7]));
+  a.out[h * kD + d] = O / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
 }
 
 }  // namespace
