@@ -12,54 +12,37 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The GEMV epilogue for row r of the output.
-__device__ __forceinline__ void finish_row(const GemvArgs& a, int r, float acc) {
-  if (a.out == GemvOut::add) {
-    a.y[r] += acc;
-    return;
-  }
-  a.y[r] = acc;
-  if (a.out == GemvOut::conv && r < a.conv.channels) {
-    const ConvArgs& cv = a.conv;
-    const int Kc = cv.kernel, Ch = cv.channels;
-    const float* w = cv.weight + size_t(r) * Kc;
-    float s = w[Kc - 1] * acc;
-    for (int j = 0; j < Kc - 1; ++j) s += w[j] * cv.state[size_t(j) * Ch + r];
-    cv.out[r] = siluf(s);
-    for (int j = 0; j + 1 < Kc - 1; ++j)
-      cv.state[size_t(j) * Ch + r] = cv.state[size_t(j + 1) * Ch + r];
-    cv.state[size_t(Kc - 2) * Ch + r] = acc;
-  }
-}
-
-// Each warp walks its rows with the next row's weights loaded before the
-// current one is used; the first row's are loaded before x is staged.
 template <int BITS>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<BITS>;
-  using Chunks = RowChunks<BITS, 1, 4>;
   extern __shared__ float4 sm4[];
-  const int K = a.W.cols, NC = K / C::kCodes, rows = a.W.rows;
+  const int K = a.W.cols, NC = K / C::kCodes;
+  const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
+
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
-  const int stride = gridDim.x * (kThreads / 32) * rpw;
-  const int xoff[1] = {0};
-  int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw;
-  size_t row[1] = {size_t(r0 + sub)};
-  Chunks cur;
-  cur.load(a.W, row, r0 + sub < rows, sl, lpr);
-  const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
-  for (; r0 < rows; r0 += stride) {
+  const int nwarps = gridDim.x * (kThreads / 32);
+  for (int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw; r0 < a.W.rows; r0 += nwarps * rpw) {
     const int r = r0 + sub;
-    const size_t next[1] = {size_t(r + stride)};
-    Chunks nxt;
-    nxt.load(a.W, next, r + stride < rows, sl, lpr);
-    float acc[1] = {0.0f};
-    row[0] = size_t(r);
-    rows_dot<BITS, 1, 4>(a.W, row, xoff, r < rows, xs, sl, lpr, cur, acc);
-    const float sum = group_sum(acc[0], lpr);
-    if (sl == 0 && r < rows) finish_row(a, r, sum);
-    cur = nxt;
+    float acc = r < a.W.rows ? row_dot<BITS>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
+    acc = group_sum(acc, lpr);
+    if (sl != 0 || r >= a.W.rows) continue;
+    if (a.out == GemvOut::add) {
+      a.y[r] += acc;
+      continue;
+    }
+    a.y[r] = acc;
+    if (a.out == GemvOut::conv && r < a.conv.channels) {
+      const ConvArgs& cv = a.conv;
+      const int Kc = cv.kernel, Ch = cv.channels;
+      const float* w = cv.weight + size_t(r) * Kc;
+      float s = w[Kc - 1] * acc;
+      for (int j = 0; j < Kc - 1; ++j) s += w[j] * cv.state[size_t(j) * Ch + r];
+      cv.out[r] = siluf(s);
+      for (int j = 0; j + 1 < Kc - 1; ++j)
+        cv.state[size_t(j) * Ch + r] = cv.state[size_t(j + 1) * Ch + r];
+      cv.state[size_t(Kc - 2) * Ch + r] = acc;
+    }
   }
 }
 

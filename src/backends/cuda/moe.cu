@@ -37,20 +37,16 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   using C = Chunk<8>;
   extern __shared__ float4 sm4[];
   const int K = a.W.cols, NC = K / C::kCodes, E = a.W.rows - 1;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
-  const int r = (blockIdx.x * kWarps + warp) * rpw + sub;
-  const size_t row[1] = {size_t(r)};
-  const int xoff[1] = {0};
-  RowChunks<8, 1, 4> first;  // weights in flight while the input is normalised
-  first.load(a.W, row, r < a.W.rows, sl, lpr);
   const StagedX xs = stage_x<8>(a.h, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += kThreads) a.a[i] = staged_value<8>(xs, i);
-  float acc[1] = {0.0f};
-  rows_dot<8, 1, 4>(a.W, row, xoff, r < a.W.rows, xs, sl, lpr, first, acc);
-  const float logit = group_sum(acc[0], lpr);
-  if (sl == 0 && r < a.W.rows) a.logits[r] = logit;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
+  const int r = (blockIdx.x * kWarps + warp) * rpw + sub;
+  float acc = r < a.W.rows ? row_dot<8>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
+  acc = group_sum(acc, lpr);
+  if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
   if (!last_block(a.counter)) return;
 
   // One warp: softmax over the experts, top-k by probability (k rounds of a
@@ -85,27 +81,27 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
   using C = Chunk<4>;
   extern __shared__ float4 sm4[];
   const int K = a.gate_up.cols, NC = K / C::kCodes, I = a.inter;
+  const StagedX xs = stage_x<4>(a.a, K, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   const int slot = blockIdx.y;
   const size_t e = slot < a.top_k ? size_t(a.ids[slot]) : size_t(a.n_experts);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int f = (blockIdx.x * kWarps + warp) * rpw + sub;
   const size_t rows[2] = {e * 2 * I + f, e * 2 * I + I + f};  // gate row, up row
-  const int xoff[2] = {0, 0}, n = f < I ? 2 : 0;
-  RowChunks<4, 2, 2> first;  // weights in flight while the input is staged
-  first.load(a.gate_up, rows, n, sl, lpr);
-  const StagedX xs = stage_x<4>(a.a, K, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   float gu[2] = {0.0f, 0.0f};
-  rows_dot<4, 2, 2>(a.gate_up, rows, xoff, n, xs, sl, lpr, first, gu);
+  const int xoff[2] = {0, 0};
+  if (f < I) rows_dot<4, 2, 2>(a.gate_up, rows, xoff, 2, xs, sl, lpr, gu);
   const float g = group_sum(gu[0], lpr), u = group_sum(gu[1], lpr);
   if (sl == 0 && f < I) a.act[slot * I + f] = siluf(g) * u;
 }
 
-__global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs a) {
+// At most 128 registers: two blocks per SM keep enough loads in flight.
+__global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownArgs a) {
   using C = Chunk<4>;
   extern __shared__ float4 sm4[];
   const int I = a.down.cols, D = a.down.rows / (a.n_experts + 1), slots = a.top_k + 1;
   const int NCs = I / C::kCodes;  // chunks per slot
+  const StagedX xs = stage_x<4>(a.act, I * slots, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NCs), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int d = (blockIdx.x * kWarps + warp) * rpw + sub;
@@ -122,11 +118,7 @@ __global__ void __launch_bounds__(kThreads) experts_down_kernel(ExpertsDownArgs 
     xoff[s] = s * NCs;
     part[s] = 0.0f;
   }
-  const int n = d < D ? slots : 0;
-  RowChunks<4, kSlots, 1> first;  // weights in flight while the input is staged
-  first.load(a.down, rows, n, sl, lpr);
-  const StagedX xs = stage_x<4>(a.act, I * slots, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
-  rows_dot<4, kSlots, 1>(a.down, rows, xoff, n, xs, sl, lpr, first, part);
+  if (d < D) rows_dot<4, kSlots, 1>(a.down, rows, xoff, slots, xs, sl, lpr, part);
   float acc = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s)

@@ -47,7 +47,10 @@ __device__ StagedX stage_x(const float* x, int K, const float* norm, float eps, 
   float inv = 1.0f;
   if (norm != nullptr) {
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
+    for (int v = threadIdx.x; v < K / 4; v += blockDim.x) {
+      const float4 q = reinterpret_cast<const float4*>(x)[v];
+      ss += (q.x * q.x + q.y * q.y) + (q.z * q.z + q.w * q.w);
+    }
     ss = block_sum(ss, red);
     inv = 1.0f / sqrtf(ss / float(K) + eps);
   }
@@ -131,29 +134,22 @@ __device__ __forceinline__ ChunkLoad load_chunk(const DMat& W, size_t row, int c
   return l;
 }
 
-// U chunks of each of N rows (lane sl of lpr lanes: chunks c0, c0 + lpr, ...),
-// loaded ahead of their use so that memory latencies overlap: with each other,
-// with the activation staging (load before stage_x) and with the previous row
-// (load the next row before using this one).
+// This lane's share (lane sl of lpr lanes) of the dot products of `n` rows of W
+// (n <= N) with the staged activation: row r's chunk c meets staged chunk
+// xoff[r] + c. Reduce across the lpr lanes afterwards. All N rows' U chunks are
+// loaded before any is used, so their memory latencies overlap.
 template <int BITS, int N, int U>
-struct RowChunks {
-  ChunkLoad l[N][U];
-
-  // Rows past `n` are skipped.
-  __device__ __forceinline__ void load(const DMat& W, const size_t (&rows)[N], int n, int c0,
-                                       int lpr) {
-    const int NC = W.cols / Chunk<BITS>::kCodes;
+__device__ __forceinline__ void rows_dot(const DMat& W, const size_t (&rows)[N],
+                                         const int (&xoff)[N], int n, const StagedX& x, int sl,
+                                         int lpr, float (&acc)[N]) {
+  const int NC = W.cols / Chunk<BITS>::kCodes;
+  for (int c0 = sl; c0 < NC; c0 += U * lpr) {
+    ChunkLoad l[N][U];
 #pragma unroll
     for (int r = 0; r < N; ++r)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (r < n && c0 + u * lpr < NC) l[r][u] = load_chunk<BITS>(W, rows[r], c0 + u * lpr);
-  }
-
-  // acc[r] += this lane's part of row r against the staged activation: row
-  // r's chunk c meets staged chunk xoff[r] + c.
-  __device__ __forceinline__ void use(const int (&xoff)[N], int n, const StagedX& x, int c0,
-                                      int lpr, int NC, float (&acc)[N]) const {
 #pragma unroll
     for (int r = 0; r < N; ++r)
 #pragma unroll
@@ -164,23 +160,17 @@ struct RowChunks {
                     l[r][u].b * x.xsum[xoff[r] + c];
       }
   }
-};
+}
 
-// This lane's share (lane sl of lpr lanes) of the dot products of `n` rows of W
-// (n <= N), given their first chunks already loaded; reduce across the lpr
-// lanes afterwards.
-template <int BITS, int N, int U>
-__device__ __forceinline__ void rows_dot(const DMat& W, const size_t (&rows)[N],
-                                         const int (&xoff)[N], int n, const StagedX& x, int sl,
-                                         int lpr, const RowChunks<BITS, N, U>& first,
-                                         float (&acc)[N]) {
-  const int NC = W.cols / Chunk<BITS>::kCodes;
-  first.use(xoff, n, x, sl, lpr, NC, acc);
-  for (int c0 = sl + U * lpr; c0 < NC; c0 += U * lpr) {
-    RowChunks<BITS, N, U> more;
-    more.load(W, rows, n, c0, lpr);
-    more.use(xoff, n, x, c0, lpr, NC, acc);
-  }
+// One row, four chunks in flight.
+template <int BITS>
+__device__ __forceinline__ float row_dot(const DMat& W, size_t row, const StagedX& x, int sl,
+                                         int lpr) {
+  const size_t rows[1] = {row};
+  const int xoff[1] = {0};
+  float acc[1] = {0.0f};
+  rows_dot<BITS, 1, 4>(W, rows, xoff, 1, x, sl, lpr, acc);
+  return acc[0];
 }
 
 __device__ __forceinline__ float group_sum(float v, int lpr) {
