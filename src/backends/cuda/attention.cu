@@ -14,6 +14,8 @@ namespace {
 constexpr int kD = kHeadDim;
 
 __global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float x[kD], red[32];
   const int h = blockIdx.x, d = threadIdx.x, pos = *a.pos;
   const bool is_q = h < a.heads;
@@ -54,6 +56,8 @@ __device__ __forceinline__ void unpack8(const uint4 u, float* f) {
 // Lane l holds dims 8l..8l+7 of every row; warps take every kWarps-th position.
 template <int G>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float sm_m[kWarps][G], sm_l[kWarps][G], sm_o[kWarps][G][kD];
   const int kvh = blockIdx.x, split = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = *a.pos + 1, chunk = (n + a.splits - 1) / a.splits;
@@ -119,6 +123,8 @@ constexpr int kMaxSplits = 128;
 // computed once, in parallel, then every thread (one output dim) sums its
 // column with independent loads.
 __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float w[kMaxSplits], red[32];
   const int h = blockIdx.x, d = threadIdx.x, n = a.splits;
   const float* part = a.part + size_t(h) * n * (kD + 2);
@@ -148,8 +154,7 @@ __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
 }  // namespace
 
 cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
-  attn_prep_kernel<<<a.heads + a.kv_heads, kD, 0, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(attn_prep_kernel, dim3(a.heads + a.kv_heads), dim3(kD), 0, st, a);
 }
 
 int attn_splits(int64_t n) {
@@ -162,23 +167,29 @@ cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
   const dim3 grid(a.kv_heads, a.splits);
   switch (a.heads / a.kv_heads) {
     case 1:
-      attn_split_kernel<1><<<grid, kWarps * 32, 0, st>>>(a);
+      if (cudaError_t e = launch_pdl(attn_split_kernel<1>, grid, dim3(kWarps * 32), 0, st, a);
+          e != cudaSuccess)
+        return e;
       break;
     case 2:
-      attn_split_kernel<2><<<grid, kWarps * 32, 0, st>>>(a);
+      if (cudaError_t e = launch_pdl(attn_split_kernel<2>, grid, dim3(kWarps * 32), 0, st, a);
+          e != cudaSuccess)
+        return e;
       break;
     case 4:
-      attn_split_kernel<4><<<grid, kWarps * 32, 0, st>>>(a);
+      if (cudaError_t e = launch_pdl(attn_split_kernel<4>, grid, dim3(kWarps * 32), 0, st, a);
+          e != cudaSuccess)
+        return e;
       break;
     case 8:
-      attn_split_kernel<8><<<grid, kWarps * 32, 0, st>>>(a);
+      if (cudaError_t e = launch_pdl(attn_split_kernel<8>, grid, dim3(kWarps * 32), 0, st, a);
+          e != cudaSuccess)
+        return e;
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  attn_combine_kernel<<<a.heads, kD, 0, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(attn_combine_kernel, dim3(a.heads), dim3(kD), 0, st, a);
 }
 
 }  // namespace tern::cuda

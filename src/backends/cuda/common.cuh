@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace tern::cuda {
 
@@ -36,6 +37,41 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
   __syncthreads();
   v = lane < nw ? scratch[lane] : 0.0f;
   return warp_sum(v);
+}
+
+// Programmatic dependent launch (KERNELS.md §7.3): every decode kernel lets the
+// next one start at once (pdl_launch_dependents) and waits for the previous
+// one's results (pdl_wait) only after issuing what does not depend on them,
+// such as L2 prefetches of its weights.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Launches a kernel that may overlap the previous kernel of the stream (it
+// must call pdl_wait before touching that kernel's outputs).
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t st, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
 }
 
 __device__ __forceinline__ float sigmoidf(float x) {

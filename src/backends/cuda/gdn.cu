@@ -13,6 +13,8 @@ namespace {
 constexpr int kD = kGdnDim, kQuarters = 4, kRows = kD / kQuarters, kThreads = kD * kQuarters;
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float q[kD], k[kD], v[kD], red[32], pk[kQuarters][kD], pq[kQuarters][kD];
   const int n = blockIdx.x, m = n / (a.v_heads / a.k_heads), t = threadIdx.x;
   const int key_dim = a.k_heads * kD;
@@ -67,8 +69,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
 }  // namespace
 
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st) {
-  gdn_step_kernel<<<a.v_heads, kThreads, 0, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(gdn_step_kernel, dim3(a.v_heads), dim3(kThreads), 0, st, a);
 }
 
 }  // namespace tern::cuda

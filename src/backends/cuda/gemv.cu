@@ -16,12 +16,18 @@ template <int BITS>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<BITS>;
   extern __shared__ float4 sm4[];
+  pdl_launch_dependents();
   const int K = a.W.cols, NC = K / C::kCodes;
-  const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
-
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int nwarps = gridDim.x * (kThreads / 32);
+  // The weights do not depend on the previous kernel: start their first rows
+  // towards L2 before waiting for it.
+  for (int k = 0, r = (blockIdx.x * (kThreads / 32) + warp) * rpw + sub; k < 2 && r < a.W.rows;
+       ++k, r += nwarps * rpw)
+    prefetch_row<BITS>(a.W, size_t(r), sl, lpr);
+  pdl_wait();
+  const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
   for (int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw; r0 < a.W.rows; r0 += nwarps * rpw) {
     const int r = r0 + sub;
     float acc = r < a.W.rows ? row_dot<BITS>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
@@ -53,8 +59,8 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   while (lpr < 32 && 2 * lpr <= NC) lpr *= 2;
   const int rows_per_block = (kThreads / 32) * (32 / lpr);
   const int blocks = std::min((a.W.rows + rows_per_block - 1) / rows_per_block, 132 * 4);
-  gemv_kernel<BITS><<<blocks, kThreads, stage_bytes<BITS>(a.W.cols), st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(gemv_kernel<BITS>, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols),
+                    st, a);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@ namespace tern::cuda {
 namespace {
 
 __global__ void embed_kernel(DMat E, const int* token, float* h) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= E.cols) return;
   const size_t row = size_t(*token);
@@ -27,6 +29,8 @@ __device__ __forceinline__ bool better(float v, int i, float v2, int i2) {
 }
 
 __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
   __shared__ bool last;
@@ -105,13 +109,11 @@ __global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t
 }  // namespace
 
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
-  embed_kernel<<<(E.cols + 255) / 256, 256, 0, st>>>(E, token, h);
-  return cudaGetLastError();
+  return launch_pdl(embed_kernel, dim3((E.cols + 255) / 256), dim3(256), 0, st, E, token, h);
 }
 
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st) {
-  argmax_kernel<<<kBlocks, kThreads, 0, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(argmax_kernel, dim3(kBlocks), dim3(kThreads), 0, st, a);
 }
 
 cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st) {

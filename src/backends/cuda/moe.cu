@@ -36,14 +36,16 @@ __device__ void warp_argmax(float& v, int& i) {
 __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   using C = Chunk<8>;
   extern __shared__ float4 sm4[];
+  pdl_launch_dependents();
   const int K = a.W.cols, NC = K / C::kCodes, E = a.W.rows - 1;
-  const StagedX xs = stage_x<8>(a.h, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
-  if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < K; i += kThreads) a.a[i] = staged_value<8>(xs, i);
-
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int r = (blockIdx.x * kWarps + warp) * rpw + sub;
+  if (r < a.W.rows) prefetch_row<8>(a.W, size_t(r), sl, lpr);
+  pdl_wait();
+  const StagedX xs = stage_x<8>(a.h, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < K; i += kThreads) a.a[i] = staged_value<8>(xs, i);
   float acc = r < a.W.rows ? row_dot<8>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
   acc = group_sum(acc, lpr);
   if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
@@ -78,6 +80,8 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
 }
 
 __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   using C = Chunk<4>;
   extern __shared__ float4 sm4[];
   const int K = a.gate_up.cols, NC = K / C::kCodes, I = a.inter;
@@ -97,6 +101,8 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
 
 // At most 128 registers: two blocks per SM keep enough loads in flight.
 __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   using C = Chunk<4>;
   extern __shared__ float4 sm4[];
   const int I = a.down.cols, D = a.down.rows / (a.n_experts + 1), slots = a.top_k + 1;
@@ -138,25 +144,23 @@ int rows_per_block(int chunks) {
 cudaError_t router(const RouterArgs& a, cudaStream_t st) {
   if (a.W.bits != 8 || a.W.rows - 1 > 1024 || a.top_k > kMaxTopK) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.W.cols / Chunk<8>::kCodes);
-  router_kernel<<<(a.W.rows + rpb - 1) / rpb, kThreads, stage_bytes<8>(a.W.cols), st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(router_kernel, dim3((a.W.rows + rpb - 1) / rpb), dim3(kThreads),
+                    stage_bytes<8>(a.W.cols), st, a);
 }
 
 cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
   if (a.gate_up.bits != 4) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((a.inter + rpb - 1) / rpb, a.top_k + 1);
-  experts_up_kernel<<<grid, kThreads, stage_bytes<4>(a.gate_up.cols), st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(a.gate_up.cols), st, a);
 }
 
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
-  experts_down_kernel<<<(D + rpb - 1) / rpb, kThreads, stage_bytes<4>(a.down.cols * (a.top_k + 1)),
-                        st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
+                    stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);
 }
 
 }  // namespace tern::cuda

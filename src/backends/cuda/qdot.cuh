@@ -173,6 +173,14 @@ __device__ __forceinline__ float row_dot(const DMat& W, size_t row, const Staged
   return acc[0];
 }
 
+// Asks L2 for this lane's chunks of row `row` (no registers held).
+template <int BITS>
+__device__ __forceinline__ void prefetch_row(const DMat& W, size_t row, int sl, int lpr) {
+  const int K = W.cols, NC = K / Chunk<BITS>::kCodes;
+  const uint4* p = reinterpret_cast<const uint4*>(W.w + row * size_t(K * BITS / 32));
+  for (int c = sl; c < NC; c += lpr) prefetch_l2(p + c);
+}
+
 __device__ __forceinline__ float group_sum(float v, int lpr) {
   for (int o = lpr / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;
