@@ -12,7 +12,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <int BITS>
+template <int BITS, int U>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<BITS>;
   extern __shared__ float4 sm4[];
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
   for (int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw; r0 < a.W.rows; r0 += nwarps * rpw) {
     const int r = r0 + sub;
-    float acc = r < a.W.rows ? row_dot<BITS>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
+    float acc = r < a.W.rows ? row_dot<BITS, U>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
     acc = group_sum(acc, lpr);
     if (sl != 0 || r >= a.W.rows) continue;
     if (a.out == GemvOut::add) {
@@ -59,8 +59,12 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   while (lpr < 32 && 2 * lpr <= NC) lpr *= 2;
   const int rows_per_block = (kThreads / 32) * (32 / lpr);
   const int blocks = std::min((a.W.rows + rows_per_block - 1) / rows_per_block, 132 * 4);
-  return launch_pdl(gemv_kernel<BITS>, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols),
-                    st, a);
+  // Chunks in flight per lane: the chunks each lane owns, at most 4.
+  const int per_lane = NC / lpr;
+  auto kernel = per_lane >= 4   ? gemv_kernel<BITS, 4>
+                : per_lane == 2 ? gemv_kernel<BITS, 2>
+                                : gemv_kernel<BITS, 1>;
+  return launch_pdl(kernel, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols), st, a);
 }
 
 }  // namespace
