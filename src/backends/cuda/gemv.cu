@@ -12,42 +12,59 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <int BITS, int U>
+// The epilogue for output row r.
+__device__ __forceinline__ void finish_row(const GemvArgs& a, int r, float acc) {
+  if (a.out == GemvOut::add) {
+    a.y[r] += acc;
+    return;
+  }
+  a.y[r] = acc;
+  if (a.out == GemvOut::conv && r < a.conv.channels) {
+    const ConvArgs& cv = a.conv;
+    const int Kc = cv.kernel, Ch = cv.channels;
+    const float* w = cv.weight + size_t(r) * Kc;
+    float s = w[Kc - 1] * acc;
+    for (int j = 0; j < Kc - 1; ++j) s += w[j] * cv.state[size_t(j) * Ch + r];
+    cv.out[r] = siluf(s);
+    for (int j = 0; j + 1 < Kc - 1; ++j)
+      cv.state[size_t(j) * Ch + r] = cv.state[size_t(j + 1) * Ch + r];
+    cv.state[size_t(Kc - 2) * Ch + r] = acc;
+  }
+}
+
+// Each warp takes N rows at a time (U chunks of each per lane in flight
+// together), walking the matrix with a grid-wide stride.
+template <int BITS, int U, int N>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<BITS>;
   extern __shared__ float4 sm4[];
   pdl_launch_dependents();
-  const int K = a.W.cols, NC = K / C::kCodes;
+  const int K = a.W.cols, NC = K / C::kCodes, rows = a.W.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
-  const int nwarps = gridDim.x * (kThreads / 32);
-  // The weights do not depend on the previous kernel: start their first rows
+  const int first = (blockIdx.x * (kThreads / 32) + warp) * rpw * N + sub;
+  const int stride = gridDim.x * (kThreads / 32) * rpw * N;
+  // The weights do not depend on the previous kernel: start the first rows
   // towards L2 before waiting for it.
-  for (int k = 0, r = (blockIdx.x * (kThreads / 32) + warp) * rpw + sub; k < 2 && r < a.W.rows;
-       ++k, r += nwarps * rpw)
-    prefetch_row<BITS>(a.W, size_t(r), sl, lpr);
+  for (int k = 0; k < N && first + k * rpw < rows; ++k)
+    prefetch_row<BITS>(a.W, size_t(first + k * rpw), sl, lpr);
   pdl_wait();
   const StagedX xs = stage_x<BITS>(a.x, K, a.norm, a.eps, reinterpret_cast<float*>(sm4));
-  for (int r0 = (blockIdx.x * (kThreads / 32) + warp) * rpw; r0 < a.W.rows; r0 += nwarps * rpw) {
-    const int r = r0 + sub;
-    float acc = r < a.W.rows ? row_dot<BITS, U>(a.W, size_t(r), xs, sl, lpr) : 0.0f;
-    acc = group_sum(acc, lpr);
-    if (sl != 0 || r >= a.W.rows) continue;
-    if (a.out == GemvOut::add) {
-      a.y[r] += acc;
-      continue;
+  for (int r0 = first; r0 - sub < rows; r0 += stride) {
+    size_t r[N];
+    int xoff[N], n = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      r[k] = size_t(min(r0 + k * rpw, rows - 1));
+      xoff[k] = 0;
+      n += r0 + k * rpw < rows;
     }
-    a.y[r] = acc;
-    if (a.out == GemvOut::conv && r < a.conv.channels) {
-      const ConvArgs& cv = a.conv;
-      const int Kc = cv.kernel, Ch = cv.channels;
-      const float* w = cv.weight + size_t(r) * Kc;
-      float s = w[Kc - 1] * acc;
-      for (int j = 0; j < Kc - 1; ++j) s += w[j] * cv.state[size_t(j) * Ch + r];
-      cv.out[r] = siluf(s);
-      for (int j = 0; j + 1 < Kc - 1; ++j)
-        cv.state[size_t(j) * Ch + r] = cv.state[size_t(j + 1) * Ch + r];
-      cv.state[size_t(Kc - 2) * Ch + r] = acc;
+    float acc[N] = {};
+    rows_dot<BITS, N, U>(a.W, r, xoff, n, xs, sl, lpr, acc);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float sum = group_sum(acc[k], lpr);
+      if (sl == 0 && r0 + k * rpw < rows) finish_row(a, r0 + k * rpw, sum);
     }
   }
 }
@@ -57,13 +74,14 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   const int NC = a.W.cols / Chunk<BITS>::kCodes;
   int lpr = 1;
   while (lpr < 32 && 2 * lpr <= NC) lpr *= 2;
-  const int rows_per_block = (kThreads / 32) * (32 / lpr);
+  // Chunks in flight per lane: the chunks each lane owns, at most 4; with
+  // two or fewer, each warp takes two rows at a time.
+  const int per_lane = NC / lpr, n = per_lane >= 4 ? 1 : 2;
+  void (*kernel)(GemvArgs) = &gemv_kernel<BITS, 1, 2>;
+  if (per_lane == 2) kernel = &gemv_kernel<BITS, 2, 2>;
+  if (per_lane >= 4) kernel = &gemv_kernel<BITS, 4, 1>;
+  const int rows_per_block = (kThreads / 32) * (32 / lpr) * n;
   const int blocks = std::min((a.W.rows + rows_per_block - 1) / rows_per_block, 132 * 4);
-  // Chunks in flight per lane: the chunks each lane owns, at most 4.
-  const int per_lane = NC / lpr;
-  auto kernel = per_lane >= 4   ? gemv_kernel<BITS, 4>
-                : per_lane == 2 ? gemv_kernel<BITS, 2>
-                                : gemv_kernel<BITS, 1>;
   return launch_pdl(kernel, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols), st, a);
 }
 
