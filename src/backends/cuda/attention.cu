@@ -76,21 +76,43 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   }
   const uint4* K = reinterpret_cast<const uint4*>(a.k_cache + size_t(kvh) * a.capacity * kD);
   const uint4* V = reinterpret_cast<const uint4*>(a.v_cache + size_t(kvh) * a.capacity * kD);
-  for (int p = start + warp; p < end; p += kWarps) {
-    float kf[8], vf[8];
-    unpack8(__ldcs(K + size_t(p) * (kD / 8) + lane), kf);
-    unpack8(__ldcs(V + size_t(p) * (kD / 8) + lane), vf);
+  // kAhead positions' K and V rows in flight per warp: the loads of the next
+  // positions go out before the current ones are used.
+  constexpr int kAhead = 4;
+  uint4 kr[kAhead], vr[kAhead];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s = 0.0f;
+  for (int j = 0; j < kAhead; ++j) {
+    const int p = start + warp + j * kWarps;
+    if (p < end) {
+      kr[j] = __ldcs(K + size_t(p) * (kD / 8) + lane);
+      vr[j] = __ldcs(V + size_t(p) * (kD / 8) + lane);
+    }
+  }
+  for (int p0 = start + warp; p0 < end; p0 += kAhead * kWarps) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
-      s = warp_sum(s);
-      const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), e = expf(s - mn);
-      l[g] = l[g] * c + e;
+    for (int j = 0; j < kAhead; ++j) {
+      const int p = p0 + j * kWarps;
+      if (p >= end) break;
+      float kf[8], vf[8];
+      unpack8(kr[j], kf);
+      unpack8(vr[j], vf);
+      const int next = p + kAhead * kWarps;
+      if (next < end) {
+        kr[j] = __ldcs(K + size_t(next) * (kD / 8) + lane);
+        vr[j] = __ldcs(V + size_t(next) * (kD / 8) + lane);
+      }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * c + e * vf[i];
-      m[g] = mn;
+      for (int g = 0; g < G; ++g) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
+        s = warp_sum(s);
+        const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), e = expf(s - mn);
+        l[g] = l[g] * c + e;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * c + e * vf[i];
+        m[g] = mn;
+      }
     }
   }
 #pragma unroll
