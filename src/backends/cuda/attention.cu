@@ -186,31 +186,26 @@ int attn_splits(int64_t n) {
 }
 
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
-  const dim3 grid(a.kv_heads, a.splits);
-  switch (a.heads / a.kv_heads) {
+  void (*split)(AttnDecodeArgs) = nullptr;
+  switch (a.heads / a.kv_heads) {  // query heads per KV head
     case 1:
-      if (cudaError_t e = launch_pdl(attn_split_kernel<1>, grid, dim3(kWarps * 32), 0, st, a);
-          e != cudaSuccess)
-        return e;
+      split = &attn_split_kernel<1>;
       break;
     case 2:
-      if (cudaError_t e = launch_pdl(attn_split_kernel<2>, grid, dim3(kWarps * 32), 0, st, a);
-          e != cudaSuccess)
-        return e;
+      split = &attn_split_kernel<2>;
       break;
     case 4:
-      if (cudaError_t e = launch_pdl(attn_split_kernel<4>, grid, dim3(kWarps * 32), 0, st, a);
-          e != cudaSuccess)
-        return e;
+      split = &attn_split_kernel<4>;
       break;
     case 8:
-      if (cudaError_t e = launch_pdl(attn_split_kernel<8>, grid, dim3(kWarps * 32), 0, st, a);
-          e != cudaSuccess)
-        return e;
+      split = &attn_split_kernel<8>;
       break;
     default:
       return cudaErrorInvalidValue;
   }
+  const dim3 grid(a.kv_heads, a.splits);
+  if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), 0, st, a); e != cudaSuccess)
+    return e;
   return launch_pdl(attn_combine_kernel, dim3(a.heads), dim3(kD), 0, st, a);
 }
 
