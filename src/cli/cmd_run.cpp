@@ -97,6 +97,7 @@ int run_generation(const RunOptions& o) {
   }
   const double decode_s = seconds_since(t1);
   std::printf("%s\n", text ? text->finish().c_str() : "");
+  std::fflush(stdout);  // the text ends before the speed line on stderr
   std::fprintf(
       stderr,
       "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
