@@ -12,13 +12,6 @@
 namespace tern::test {
 namespace {
 
-void l2n(float* x, int n, float scale) {
-  double ss = 0;
-  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  const float inv = scale / std::sqrt(float(ss) + 1e-6f);
-  for (int i = 0; i < n; ++i) x[i] *= inv;
-}
-
 class GdnStep : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(GdnStep, MatchesCpuRecurrence) {
@@ -49,8 +42,8 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
     std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
     std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
     const float* v = &conv[size_t(2 * key_dim + n * d)];
-    l2n(q.data(), d, 1.0f / std::sqrt(float(d)));
-    l2n(k.data(), d, 1.0f);
+    cpu::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
+    cpu::l2_normalize(k.data(), d, 1.0f);
     const float beta = cpu::sigmoid(b[size_t(n)]);
     const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
     std::vector<float> o(static_cast<size_t>(d));

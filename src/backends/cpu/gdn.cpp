@@ -101,14 +101,14 @@ void delta_rule_chunked(const float* q, const float* k, const float* v, const fl
   }
 }
 
-namespace {
-
 void l2_normalize(float* x, int n, float scale) {
   double ss = 0.0;
   for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
   const float inv = scale / std::sqrt(float(ss) + 1e-6f);
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
+
+namespace {
 
 // Causal depthwise conv over the T new rows of `mixed` ([T][C], in place),
 // with the previous (K-1) rows from the state, then SiLU; updates the state.

@@ -29,6 +29,9 @@ void delta_rule_chunked(const float* q, const float* k, const float* v, const fl
                         const float* beta, int64_t T, int dk, int dv, float* S, float* o,
                         int chunk = 64);
 
+// x *= scale / sqrt(sum(x^2) + 1e-6): the q/k normalisation (no weight).
+void l2_normalize(float* x, int n, float scale);
+
 // x: [T][hidden] (already normed) -> out: [T][hidden]; state carried across calls.
 void gdn_forward(const ModelConfig& c, const GdnWeights& w, const float* x, int64_t T, GdnState& st,
                  float* out, DeltaForm form = DeltaForm::automatic);
