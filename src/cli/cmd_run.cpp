@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
@@ -19,7 +20,8 @@ namespace tern::cli {
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, backend = "cpu", weights = "q4";
+  ModelOptions run;
+  std::string prompt;
   std::vector<int32_t> prompt_ids;
   int max_tokens = 64;
   int64_t chunk = 512;
@@ -40,7 +42,7 @@ std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
   if (o.prompt.empty() == o.prompt_ids.empty())
     fail("give exactly one of --prompt and --prompt-ids");
   if (!o.prompt_ids.empty()) return o.prompt_ids;
-  if (!tok) fail("{} has no tokenizer.json: give the prompt as --prompt-ids", o.model);
+  if (!tok) fail("{} has no tokenizer.json: give the prompt as --prompt-ids", o.run.model);
   if (!o.chat) return tok->encode(o.prompt);
   nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}},
                                 {"add_generation_prompt", true}};
@@ -58,11 +60,10 @@ std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer* tok) {
 
 int run_generation(const RunOptions& o) {
   std::optional<Tokenizer> tok;
-  if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json"))
-    tok.emplace(Tokenizer::load(o.model));
+  if (std::filesystem::exists(std::filesystem::path(o.run.model) / "tokenizer.json"))
+    tok.emplace(Tokenizer::load(o.run.model));
   std::vector<int32_t> history = prompt_ids(o, tok ? &*tok : nullptr);
-  auto weights = load_model(o.model, weight_mode_from_name(o.weights));
-  auto backend = make_backend(o.backend, weights);
+  auto backend = open_backend(o.run);
   const std::vector<int32_t> stops = stop_ids(backend->config(), tok ? &*tok : nullptr);
   Sampler sampler(o.sampling);
   auto seq = backend->new_sequence();
@@ -111,14 +112,12 @@ int run_generation(const RunOptions& o) {
 Runner add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate a completion for a prompt");
   auto o = std::make_shared<RunOptions>();
-  cmd->add_option("--model", o->model, "Checkpoint folder")->required();
+  add_model_options(cmd, o->run);
   cmd->add_option("--prompt", o->prompt, "Prompt text (needs tokenizer.json in the model folder)");
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids")->delimiter(',');
   cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user turn of the chat template");
   cmd->add_flag("--no-thinking", o->no_thinking, "With --chat: an empty think block");
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--weights", o->weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
   cmd->add_option("--chunk", o->chunk, "Prefill chunk size")->check(CLI::PositiveNumber);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
   cmd->add_option("--temperature", o->sampling.temperature, "0: greedy");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/npy.h"
@@ -14,7 +15,8 @@ namespace tern::cli {
 namespace {
 
 struct ScoreOptions {
-  std::string model, tokens, out, backend = "cpu", weights = "q4", reference;
+  ModelOptions run;
+  std::string tokens, out, reference;
   int64_t chunk = 0;
 };
 
@@ -32,8 +34,7 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 int run_score(const ScoreOptions& o) {
   std::vector<int32_t> tokens = read_token_file(o.tokens);
-  auto weights = load_model(o.model, weight_mode_from_name(o.weights));
-  auto backend = make_backend(o.backend, weights);
+  auto backend = open_backend(o.run);
   std::vector<float> logits = score_tokens(*backend, tokens, o.chunk);
   const size_t n = tokens.size(), V = size_t(backend->config().vocab);
   write_npy_f32(o.out, {n, V}, logits.data());
@@ -60,11 +61,9 @@ int run_score(const ScoreOptions& o) {
 Runner add_score(CLI::App& app) {
   auto* cmd = app.add_subcommand("score", "Teacher-forced logits of a token sequence (.npy)");
   auto o = std::make_shared<ScoreOptions>();
-  cmd->add_option("--model", o->model, "Checkpoint folder")->required();
+  add_model_options(cmd, o->run);
   cmd->add_option("--tokens", o->tokens, "JSON array of token ids")->required();
   cmd->add_option("--out", o->out, "Output .npy, float32 [n_tokens, vocab]")->required();
-  cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--weights", o->weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
   cmd->add_option("--chunk", o->chunk, "Prefill chunk size (0: all at once)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--reference", o->reference, "Reference logits .npy to compare with");

@@ -108,14 +108,13 @@ class RowReader {
   int64_t part_rows_, part_offset_;
 };
 
-// Fills a dense tensor of `total_rows` logical rows starting at `r0`.
-void fill_dense(const RowReader& rd, int64_t r0, int64_t total_rows, int64_t cols, DType dt,
-                uint8_t* dst) {
+// Fills a dense tensor of `total_rows` logical rows.
+void fill_dense(const RowReader& rd, int64_t total_rows, int64_t cols, DType dt, uint8_t* dst) {
   ThreadPool::global().parallel_for(size_t(total_rows), 64, [&](size_t b, size_t e, int) {
     std::vector<float> buf(size_t(cols) * 64);
     for (size_t r = b; r < e; r += 64) {
       const int64_t n = std::min<int64_t>(64, int64_t(e - r));
-      rd.read(r0 + int64_t(r), n, buf.data());
+      rd.read(int64_t(r), n, buf.data());
       for (int64_t i = 0; i < n * cols; ++i) {
         const size_t k = r * size_t(cols) + size_t(i);
         if (dt == DType::f32)
@@ -128,20 +127,19 @@ void fill_dense(const RowReader& rd, int64_t r0, int64_t total_rows, int64_t col
 }
 
 struct Planner {
-  Layout layout;
   std::vector<PlannedTensor> quantised, f32, bf16;  // written in this order (alignment)
 
   void dense(const std::string& name, std::vector<int64_t> shape, DType dt,
-             std::shared_ptr<RowReader> rd, int64_t r0, int64_t rows, int64_t cols) {
+             std::shared_ptr<RowReader> rd, int64_t rows, int64_t cols) {
     PlannedTensor p{name, dt, std::move(shape),
-                    [=](uint8_t* dst) { fill_dense(*rd, r0, rows, cols, dt, dst); }};
+                    [=](uint8_t* dst) { fill_dense(*rd, rows, cols, dt, dst); }};
     (dt == DType::f32 ? f32 : bf16).push_back(std::move(p));
   }
 
   // base.weight (U32), base.scales, base.biases: the weight's fill quantises
   // and keeps scales and biases for the two fills that follow it.
   void quant(const std::string& base, std::vector<int64_t> lead, std::shared_ptr<RowReader> rd,
-             int64_t r0, int64_t rows, int64_t cols, int bits) {
+             int64_t rows, int64_t cols, int bits) {
     auto qb = std::make_shared<QuantBuffer>();
     auto dims = [&](int64_t last) {
       std::vector<int64_t> s = lead;
@@ -157,7 +155,7 @@ struct Planner {
            ThreadPool::global().parallel_for(size_t(rows), 16, [&](size_t b, size_t e, int) {
              std::vector<float> row(static_cast<size_t>(cols));
              for (size_t r = b; r < e; ++r) {
-               rd->read(r0 + int64_t(r), 1, row.data());
+               rd->read(int64_t(r), 1, row.data());
                quantize_row(row.data(), cols, bits, 64, packed + r * size_t(words),
                             &qb->scales[r * size_t(groups)], &qb->biases[r * size_t(groups)]);
              }
@@ -189,7 +187,7 @@ void write_checkpoint(const json& config_json, const WeightSource& src, Layout l
   json out_cfg = config_json;
   out_cfg.erase("quantization");
   out_cfg.erase("quantization_config");
-  Planner pl{layout, {}, {}, {}};
+  Planner pl;
   const std::string prefix =
       layout == Layout::hf ? "model.language_model." : "language_model.model.";
   json quant = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
@@ -203,15 +201,15 @@ void write_checkpoint(const json& config_json, const WeightSource& src, Layout l
             : prefix + t.name;
     const DType dt = t.role == Role::a_log ? DType::f32 : DType::bf16;
     if (is_vector(t.role)) {
-      pl.dense(name, {t.cols}, dt, rd, 0, 1, t.cols);
+      pl.dense(name, {t.cols}, dt, rd, 1, t.cols);
     } else if (t.role == Role::conv) {
       std::vector<int64_t> shape = layout == Layout::hf ? std::vector<int64_t>{t.rows, 1, t.cols}
                                                         : std::vector<int64_t>{t.rows, t.cols, 1};
-      pl.dense(name, shape, dt, rd, 0, t.rows, t.cols);
+      pl.dense(name, shape, dt, rd, t.rows, t.cols);
     } else if (layout == Layout::hf) {
       std::vector<int64_t> shape = t.stack ? std::vector<int64_t>{t.stack, t.rows, t.cols}
                                            : std::vector<int64_t>{t.rows, t.cols};
-      pl.dense(name, shape, dt, rd, 0, (t.stack ? t.stack : 1) * t.rows, t.cols);
+      pl.dense(name, shape, dt, rd, (t.stack ? t.stack : 1) * t.rows, t.cols);
     } else if (t.role == Role::experts) {
       // MLX splits the fused gate_up stack into a gate stack and an up stack.
       const std::string base = prefix + t.name.substr(0, t.name.find("experts.")) + "switch_mlp.";
@@ -220,15 +218,15 @@ void write_checkpoint(const json& config_json, const WeightSource& src, Layout l
       for (int part = 0; part < (gate_up ? 2 : 1); ++part) {
         auto prd = std::make_shared<RowReader>(src, t, false, part_rows, part * part_rows);
         std::string proj = gate_up ? (part == 0 ? "gate_proj" : "up_proj") : "down_proj";
-        pl.quant(base + proj, {t.stack, part_rows}, prd, 0, t.stack * part_rows, t.cols, 4);
+        pl.quant(base + proj, {t.stack, part_rows}, prd, t.stack * part_rows, t.cols, 4);
       }
     } else if (t.cols % 64 == 0) {
       const int bits = t.role == Role::router ? 8 : 4;
       const std::string base = strip_weight(name);
       if (bits != 4) quant[base] = {{"group_size", 64}, {"bits", bits}};
-      pl.quant(base, {t.rows}, rd, 0, t.rows, t.cols, bits);
+      pl.quant(base, {t.rows}, rd, t.rows, t.cols, bits);
     } else {
-      pl.dense(name, {t.rows, t.cols}, dt, rd, 0, t.rows, t.cols);
+      pl.dense(name, {t.rows, t.cols}, dt, rd, t.rows, t.cols);
     }
   }
   if (layout == Layout::mlx4) {

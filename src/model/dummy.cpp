@@ -104,7 +104,7 @@ void make_dummy(const DummyOptions& opt) {
     }
   }
   ModelConfig cfg = parse_config(cfg_json, "dummy config");
-  RandomSource src(opt.seed, cfg.n_layers);
+  RandomSource src(opt.seed);
   write_checkpoint(cfg_json, src, opt.layout, opt.out_dir);
 }
 

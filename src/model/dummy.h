@@ -13,12 +13,11 @@ namespace tern {
 
 class RandomSource : public WeightSource {
  public:
-  explicit RandomSource(uint64_t seed, int n_layers) : seed_(seed), n_layers_(n_layers) {}
+  explicit RandomSource(uint64_t seed) : seed_(seed) {}
   void rows(const LogicalTensor& t, int64_t r0, int64_t n, float* out) const override;
 
  private:
   uint64_t seed_;
-  int n_layers_;
 };
 
 struct DummyOptions {

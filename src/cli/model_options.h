@@ -1,0 +1,23 @@
+// The flags that choose a checkpoint and how to run it (--model, --backend,
+// --weights), shared by the commands that run the model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace tern::cli {
+
+struct ModelOptions {
+  std::string model, backend = "cpu", weights = "q4";
+};
+
+void add_model_options(CLI::App* cmd, ModelOptions& o);
+
+// Loads the checkpoint and builds the backend the flags ask for.
+std::unique_ptr<Backend> open_backend(const ModelOptions& o);
+
+}  // namespace tern::cli
