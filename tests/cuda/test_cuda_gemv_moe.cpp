@@ -50,6 +50,8 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                          ::testing::Values(GemvCase{37, 64, 4}, GemvCase{300, 512, 4},
                                            GemvCase{1001, 2048, 4}, GemvCase{129, 4096, 4},
+                                           GemvCase{100, 1152, 4}, GemvCase{12352, 2048, 4},
+                                           GemvCase{2048, 4096, 4}, GemvCase{40000, 2048, 4},
                                            GemvCase{17, 128, 8}, GemvCase{257, 2048, 8}));
 
 struct MoeCase {

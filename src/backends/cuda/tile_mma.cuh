@@ -1,0 +1,155 @@
+// 4-bit GEMV on tensor cores (KERNELS.md §3, recommended mapping 4): a warp
+// computes 16 rows at a time with mma.sync m16n8k16, the weights as the A
+// operand and the activation as B, straight from the MLX row layout.
+//
+// Lane l (g = l/4, t = l%4) loads 16 bytes (32 codes) of rows g and g+8 at
+// chunk 4r + t of round r (a round is 128 columns). A nibble pair (j, j+4) of a
+// word masked and OR-ed with 0x4300 becomes two bf16 "128 + q", exact; the
+// contraction is order-free, so the activation is staged in the matching
+// order instead of moving weights. Only 4 of B's 8 columns would be needed:
+// column t carries the bf16 high part of x for chunk slot t and column t+4 its
+// low part (x - bf16(x)), so the products keep ~16 bits of x (fp32-grade
+// results from bf16 tensor cores, at no extra instruction). The accumulator
+// lane l holds columns 2t, 2t+1 of rows g and g+8: one quantisation group
+// (2r + t%2) of either part, which it scales in fp32:
+//   y += s * C + (b - 128 s) * X_group   (X only once: in the high-part lanes).
+#pragma once
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda::tile {
+
+constexpr int kRound = 128;  // columns per round
+constexpr int kWarps = 8;    // warps per block, splitting K
+constexpr int kThreads = kWarps * 32;
+
+// One lane's share of one round of a 16-row tile.
+struct Load {
+  uint4 q0, q1;             // 32 codes of rows g and g+8
+  uint16_t s0, b0, s1, b1;  // scale/bias of the group this lane's accumulator holds
+};
+
+// `r0`, `r8`: rows g and g+8 (clamped to the matrix by the caller); `round`
+// counts 128-column steps along the row.
+__device__ __forceinline__ Load load(const DMat& W, size_t r0, size_t r8, int round) {
+  const int lane = threadIdx.x & 31, t = lane & 3, K = W.cols, G = K / kGroup;
+  const int chunk = round * 4 + t, grp = round * 2 + (t & 1);
+  const uint4* w = reinterpret_cast<const uint4*>(W.w);
+  const size_t row_chunks = size_t(K / 32);
+  Load l;
+  l.q0 = __ldcs(w + r0 * row_chunks + chunk);
+  l.q1 = __ldcs(w + r8 * row_chunks + chunk);
+  l.s0 = __ldcs(W.s + r0 * G + grp);
+  l.b0 = __ldcs(W.b + r0 * G + grp);
+  l.s1 = __ldcs(W.s + r8 * G + grp);
+  l.b1 = __ldcs(W.b + r8 * G + grp);
+  return l;
+}
+
+// The activation staged for the B operand: per 32-column chunk, 64 bytes of
+// bf16 high parts and 64 of low parts in fragment order, and per group the sum
+// of the staged values.
+struct Staged {
+  const uint4* hi;
+  const uint4* lo;
+  const float* xsum;  // [K / 64]
+};
+
+// Shared memory stage() needs for K columns and `red` floats of reduction space.
+constexpr size_t stage_bytes(int K, int red) {
+  return size_t(K) * 4 + sizeof(float) * (size_t(K / 32) + size_t(K / 64) + 32 + red);
+}
+
+// Position of column e (0..31) of a chunk in fragment order: for word i, pair
+// half h, the mma reads (2h, 2h+4) then (2h+1, 2h+5) of the word's 8 codes.
+__device__ __forceinline__ int frag_pos(int e) {
+  const int i = e >> 3, r = e & 7, h = (r & 3) >> 1, m = (r >> 2) + 2 * (r & 1);
+  return 8 * i + 4 * h + m;
+}
+
+// Stages x ([K], times `scale[k / per_scale]` when given) optionally
+// RMS-normalised and multiplied by norm[]. Returns the staged view and a
+// pointer to the `red` floats after it. Ends with a block barrier.
+__device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
+                               const float* scale, int per_scale, float* sm, float** red) {
+  __nv_bfloat16* hi = reinterpret_cast<__nv_bfloat16*>(sm);
+  __nv_bfloat16* lo = hi + K;
+  float* csum = sm + K;  // per chunk
+  float* xsum = csum + K / 32;
+  float* scratch = xsum + K / 64;
+  *red = scratch + 32;
+  float inv = 1.0f;
+  if (norm != nullptr) {
+    float ss = 0.0f;
+    for (int v = threadIdx.x; v < K / 4; v += blockDim.x) {
+      const float4 q = reinterpret_cast<const float4*>(x)[v];
+      ss += (q.x * q.x + q.y * q.y) + (q.z * q.z + q.w * q.w);
+    }
+    inv = 1.0f / sqrtf(block_sum(ss, scratch) / float(K) + eps);
+  }
+  // A warp stages whole chunks (blockDim is a multiple of 32).
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    float v = x[k];
+    if (norm != nullptr) v *= inv * norm[k];
+    if (scale != nullptr) v *= scale[k / per_scale];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
+    const int p = (k & ~31) + frag_pos(k & 31);
+    hi[p] = h;
+    lo[p] = l;
+    const float s = warp_sum(__bfloat162float(h) + __bfloat162float(l));
+    if ((threadIdx.x & 31) == 0) csum[k / 32] = s;
+  }
+  __syncthreads();
+  for (int gi = threadIdx.x; gi < K / 64; gi += blockDim.x)
+    xsum[gi] = csum[2 * gi] + csum[2 * gi + 1];
+  __syncthreads();
+  return {reinterpret_cast<const uint4*>(hi), reinterpret_cast<const uint4*>(lo), xsum};
+}
+
+__device__ __forceinline__ uint32_t pair(uint32_t w, int j) {
+  return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Adds one round's contribution to this lane's partial sums of rows g and g+8.
+// `xchunk`: the staged chunk index of this round's slot 0 (the B operand).
+__device__ __forceinline__ void round_dot(const Load& l, const Staged& x, int xchunk, float& acc0,
+                                          float& acc8) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  uint4 xv[4] = {};
+  const uint4* src = g == t ? x.hi : g == t + 4 ? x.lo : nullptr;
+  if (src != nullptr)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xv[i] = src[(xchunk + t) * 4 + i];
+  const uint32_t w0[4] = {l.q0.x, l.q0.y, l.q0.z, l.q0.w}, w8[4] = {l.q1.x, l.q1.y, l.q1.z, l.q1.w};
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    mma(d, pair(w0[i], 0), pair(w8[i], 0), pair(w0[i], 1), pair(w8[i], 1), xv[i].x, xv[i].y);
+    mma(d, pair(w0[i], 2), pair(w8[i], 2), pair(w0[i], 3), pair(w8[i], 3), xv[i].z, xv[i].w);
+  }
+  const float X = t < 2 ? x.xsum[xchunk / 2 + (t & 1)] : 0.0f;
+  const float s0 = __uint_as_float(uint32_t(l.s0) << 16),
+              b0 = __uint_as_float(uint32_t(l.b0) << 16);
+  const float s1 = __uint_as_float(uint32_t(l.s1) << 16),
+              b1 = __uint_as_float(uint32_t(l.b1) << 16);
+  acc0 += s0 * (d[0] + d[1]) + (b0 - 128.0f * s0) * X;
+  acc8 += s1 * (d[2] + d[3]) + (b1 - 128.0f * s1) * X;
+}
+
+// Sums a lane's partials over the 4 lanes of its quad (lane t = 0 gets them).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+
+}  // namespace tern::cuda::tile
