@@ -70,80 +70,86 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   }
 }
 
-// The tensor-core path (tile_mma.cuh) for 4-bit matrices: a block takes T
-// 16-row tiles at a time, its 8 warps splitting K (RPW rounds of 128 columns
-// each). The first tiles' weights are loaded into registers before waiting for
-// the previous kernel, and the next tiles' before the cross-warp reduction of
-// the current ones, so a block always has its next bytes in flight.
-template <int RPW, int T>
-__global__ void __launch_bounds__(tile::kThreads, 2) gemv_tile_kernel(GemvArgs a) {
+// The tensor-core path (tile_mma.cuh) for 4-bit matrices. One block per SM
+// owns a contiguous range of 16-row tiles and walks it in batches of TB tiles,
+// its 16 warps splitting K (RPW rounds of 128 columns each). Two batches'
+// weights are loaded into registers before waiting for the previous kernel,
+// and each batch's successor-but-one goes out as soon as the batch's registers
+// are consumed, so every SM keeps ~2 x 16 x TB x RPW KB in flight.
+template <int RPW, int TB>
+__global__ void __launch_bounds__(tile::kThreads, 1) gemv_tile_kernel(GemvArgs a) {
   extern __shared__ float4 sm4[];
   pdl_launch_dependents();
   const int K = a.W.cols, rounds = K / tile::kRound, rows = a.W.rows, tiles = (rows + 15) / 16;
+  const int t0 = int(int64_t(blockIdx.x) * tiles / gridDim.x);
+  const int t1 = int(int64_t(blockIdx.x + 1) * tiles / gridDim.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
-  tile::Load ld[T][RPW];
-  auto issue = [&](int tile0) {
+  using Batch = tile::Load[TB][RPW];
+  auto issue = [&](Batch& ld, int b0) {
 #pragma unroll
-    for (int tt = 0; tt < T; ++tt)
+    for (int tt = 0; tt < TB; ++tt)
 #pragma unroll
       for (int j = 0; j < RPW; ++j) {
-        const int r = warp * RPW + j, row = (tile0 + tt) * 16 + g;
-        if (r < rounds && tile0 + tt < tiles)
+        const int r = warp * RPW + j, row = (b0 + tt) * 16 + g;
+        if (r < rounds && b0 + tt < t1)
           ld[tt][j] =
               tile::load(a.W, size_t(min(row, rows - 1)), size_t(min(row + 8, rows - 1)), r);
       }
   };
-  int tile0 = blockIdx.x * T;
-  issue(tile0);
+  Batch ld0, ld1;
+  issue(ld0, t0);
+  issue(ld1, t0 + TB);
   pdl_wait();
   float* red = nullptr;
   const tile::Staged xs =
       tile::stage(a.x, K, a.norm, a.eps, nullptr, 0, reinterpret_cast<float*>(sm4), &red);
-  for (; tile0 < tiles; tile0 += gridDim.x * T) {
-    float acc[T][2] = {};
+  // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
+  // and reduces across warps through red half `half`.
+  auto step = [&](Batch& ld, int b0, int half) {
+    float acc[TB][2] = {};
 #pragma unroll
-    for (int tt = 0; tt < T; ++tt)
+    for (int tt = 0; tt < TB; ++tt)
 #pragma unroll
       for (int j = 0; j < RPW; ++j)
         if (warp * RPW + j < rounds)
           tile::round_dot(ld[tt][j], xs, 4 * (warp * RPW + j), acc[tt][0], acc[tt][1]);
-    issue(tile0 + gridDim.x * T);
+    issue(ld, b0 + 2 * TB);
+    float* rd = red + half * tile::kWarps * TB * 16;
 #pragma unroll
-    for (int tt = 0; tt < T; ++tt) {
+    for (int tt = 0; tt < TB; ++tt) {
       const float v0 = tile::quad_sum(acc[tt][0]), v8 = tile::quad_sum(acc[tt][1]);
       if ((lane & 3) == 0) {
-        red[warp * T * 16 + tt * 16 + g] = v0;
-        red[warp * T * 16 + tt * 16 + g + 8] = v8;
+        rd[warp * TB * 16 + tt * 16 + g] = v0;
+        rd[warp * TB * 16 + tt * 16 + g + 8] = v8;
       }
     }
     __syncthreads();
-    const int row = tile0 * 16 + int(threadIdx.x);
-    if (threadIdx.x < T * 16 && row < rows) {
+    const int row = b0 * 16 + int(threadIdx.x);
+    if (threadIdx.x < TB * 16 && b0 + int(threadIdx.x) / 16 < t1 && row < rows) {
       float sum = 0.0f;
-      for (int w = 0; w < tile::kWarps; ++w) sum += red[w * T * 16 + threadIdx.x];
+      for (int w = 0; w < tile::kWarps && w * RPW < rounds; ++w)
+        sum += rd[w * TB * 16 + threadIdx.x];
       finish_row(a, row, sum);
     }
-    __syncthreads();
+  };
+  for (int b0 = t0; b0 < t1; b0 += 2 * TB) {
+    step(ld0, b0, 0);
+    if (b0 + TB < t1) step(ld1, b0 + TB, 1);
   }
 }
 
-// Blocks of `kernel` that fit on the device at once.
-template <typename Kernel>
-int resident_blocks(Kernel kernel, int threads, size_t smem) {
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-  return std::max(1, sms * per_sm);
-}
-
-template <int RPW, int T>
+template <int RPW, int TB>
 cudaError_t launch_tile(const GemvArgs& a, cudaStream_t st) {
-  const size_t smem = tile::stage_bytes(a.W.cols, tile::kWarps * T * 16);
-  static const int resident = resident_blocks(&gemv_tile_kernel<RPW, T>, tile::kThreads, smem);
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  const size_t smem = tile::stage_bytes(a.W.cols, 2 * tile::kWarps * TB * 16);
   const int tiles = (a.W.rows + 15) / 16;
-  const int blocks = std::min((tiles + T - 1) / T, resident);
-  return launch_pdl(&gemv_tile_kernel<RPW, T>, dim3(blocks), dim3(tile::kThreads), smem, st, a);
+  return launch_pdl(&gemv_tile_kernel<RPW, TB>, dim3(std::min(tiles, sms)), dim3(tile::kThreads),
+                    smem, st, a);
 }
 
 template <int BITS>
@@ -166,10 +172,9 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   const int rounds = a.W.cols / tile::kRound;
-  if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && rounds <= 4 * tile::kWarps) {
-    if (rounds <= tile::kWarps) return launch_tile<1, 2>(a, st);
-    if (rounds <= 2 * tile::kWarps) return launch_tile<2, 2>(a, st);
-    return launch_tile<4, 1>(a, st);
+  if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && rounds <= 2 * tile::kWarps) {
+    if (rounds <= tile::kWarps) return launch_tile<1, 3>(a, st);
+    return launch_tile<2, 1>(a, st);
   }
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);

@@ -21,7 +21,7 @@
 namespace tern::cuda::tile {
 
 constexpr int kRound = 128;  // columns per round
-constexpr int kWarps = 8;    // warps per block, splitting K
+constexpr int kWarps = 16;   // warps per block, splitting K
 constexpr int kThreads = kWarps * 32;
 
 // One lane's share of one round of a 16-row tile.
@@ -56,56 +56,75 @@ struct Staged {
   const float* xsum;  // [K / 64]
 };
 
-// Shared memory stage() needs for K columns and `red` floats of reduction space.
+// Shared memory stage() needs for K columns, plus `red` floats of reduction space.
 constexpr size_t stage_bytes(int K, int red) {
-  return size_t(K) * 4 + sizeof(float) * (size_t(K / 32) + size_t(K / 64) + 32 + red);
+  return size_t(K) * 4 + sizeof(float) * (size_t(K / 8) + size_t(K / 64) + 32 + red);
 }
 
-// Position of column e (0..31) of a chunk in fragment order: for word i, pair
-// half h, the mma reads (2h, 2h+4) then (2h+1, 2h+5) of the word's 8 codes.
-__device__ __forceinline__ int frag_pos(int e) {
-  const int i = e >> 3, r = e & 7, h = (r & 3) >> 1, m = (r >> 2) + 2 * (r & 1);
-  return 8 * i + 4 * h + m;
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Stages x ([K], times `scale[k / per_scale]` when given) optionally
-// RMS-normalised and multiplied by norm[]. Returns the staged view and a
-// pointer to the `red` floats after it. Ends with a block barrier.
+// Stages x ([K], a multiple of 64), optionally RMS-normalised and multiplied by
+// norm[]; `scale` (when given) multiplies column k by scale[k / per_scale].
+// Each thread takes whole words (8 columns), which land as one 16-byte store
+// of high parts and one of low parts. Returns the staged view and the `red`
+// floats after it. Ends with a block barrier.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
                                const float* scale, int per_scale, float* sm, float** red) {
-  __nv_bfloat16* hi = reinterpret_cast<__nv_bfloat16*>(sm);
-  __nv_bfloat16* lo = hi + K;
-  float* csum = sm + K;  // per chunk
-  float* xsum = csum + K / 32;
+  uint4* hi = reinterpret_cast<uint4*>(sm);
+  uint4* lo = hi + K / 8;
+  float* wsum = sm + K;  // per word
+  float* xsum = wsum + K / 8;
   float* scratch = xsum + K / 64;
   *red = scratch + 32;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* n4 = reinterpret_cast<const float4*>(norm);
   float inv = 1.0f;
   if (norm != nullptr) {
     float ss = 0.0f;
     for (int v = threadIdx.x; v < K / 4; v += blockDim.x) {
-      const float4 q = reinterpret_cast<const float4*>(x)[v];
+      const float4 q = x4[v];
       ss += (q.x * q.x + q.y * q.y) + (q.z * q.z + q.w * q.w);
     }
     inv = 1.0f / sqrtf(block_sum(ss, scratch) / float(K) + eps);
   }
-  // A warp stages whole chunks (blockDim is a multiple of 32).
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    float v = x[k];
-    if (norm != nullptr) v *= inv * norm[k];
-    if (scale != nullptr) v *= scale[k / per_scale];
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
-    const int p = (k & ~31) + frag_pos(k & 31);
-    hi[p] = h;
-    lo[p] = l;
-    const float s = warp_sum(__bfloat162float(h) + __bfloat162float(l));
-    if ((threadIdx.x & 31) == 0) csum[k / 32] = s;
+  for (int v = threadIdx.x; v < K / 8; v += blockDim.x) {
+    float4 p = x4[2 * v], q = x4[2 * v + 1];
+    if (norm != nullptr) {
+      const float4 np = n4[2 * v], nq = n4[2 * v + 1];
+      p = make_float4(p.x * inv * np.x, p.y * inv * np.y, p.z * inv * np.z, p.w * inv * np.w);
+      q = make_float4(q.x * inv * nq.x, q.y * inv * nq.y, q.z * inv * nq.z, q.w * inv * nq.w);
+    }
+    if (scale != nullptr) {
+      const float m = scale[8 * v / per_scale];
+      p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
+      q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
+    }
+    // Fragment order of a word's columns 0..7: 0 4 1 5 2 6 3 7.
+    const float e[8] = {p.x, q.x, p.y, q.y, p.z, q.z, p.w, q.w};
+    float h[8], l[8], s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      h[i] = __bfloat162float(__float2bfloat16_rn(e[i]));
+      l[i] = __bfloat162float(__float2bfloat16_rn(e[i] - h[i]));
+      s += h[i] + l[i];
+    }
+    hi[v] =
+        make_uint4(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]), bf16x2(h[4], h[5]), bf16x2(h[6], h[7]));
+    lo[v] =
+        make_uint4(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]), bf16x2(l[4], l[5]), bf16x2(l[6], l[7]));
+    wsum[v] = s;
   }
   __syncthreads();
-  for (int gi = threadIdx.x; gi < K / 64; gi += blockDim.x)
-    xsum[gi] = csum[2 * gi] + csum[2 * gi + 1];
+  for (int gi = threadIdx.x; gi < K / 64; gi += blockDim.x) {
+    float s = 0.0f;
+    for (int w = 0; w < 8; ++w) s += wsum[8 * gi + w];
+    xsum[gi] = s;
+  }
   __syncthreads();
-  return {reinterpret_cast<const uint4*>(hi), reinterpret_cast<const uint4*>(lo), xsum};
+  return {hi, lo, xsum};
 }
 
 __device__ __forceinline__ uint32_t pair(uint32_t w, int j) {
