@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(tile::kThreads, 1) gemv_tile_kernel(GemvArgs a
   extern __shared__ float4 sm4[];
   pdl_launch_dependents();
   const int K = a.W.cols, rounds = K / tile::kRound, rows = a.W.rows, tiles = (rows + 15) / 16;
-  const int t0 = int(int64_t(blockIdx.x) * tiles / gridDim.x);
-  const int t1 = int(int64_t(blockIdx.x + 1) * tiles / gridDim.x);
+  const int t0 = int(blockIdx.x * unsigned(tiles) / gridDim.x);
+  const int t1 = int((blockIdx.x + 1) * unsigned(tiles) / gridDim.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
   using Batch = tile::Load[TB][RPW];
   auto issue = [&](Batch& ld, int b0) {

@@ -31,19 +31,19 @@ struct Load {
 };
 
 // `r0`, `r8`: rows g and g+8 (clamped to the matrix by the caller); `round`
-// counts 128-column steps along the row.
-__device__ __forceinline__ Load load(const DMat& W, size_t r0, size_t r8, int round) {
-  const int lane = threadIdx.x & 31, t = lane & 3, K = W.cols, G = K / kGroup;
-  const int chunk = round * 4 + t, grp = round * 2 + (t & 1);
+// counts 128-column steps along the row. 32-bit offsets: a matrix holds < 2^32
+// 16-byte chunks.
+__device__ __forceinline__ Load load(const DMat& W, uint32_t r0, uint32_t r8, int round) {
+  const uint32_t t = threadIdx.x & 3, K = uint32_t(W.cols), G = K / kGroup;
+  const uint32_t chunk = round * 4 + t, grp = round * 2 + (t & 1);
   const uint4* w = reinterpret_cast<const uint4*>(W.w);
-  const size_t row_chunks = size_t(K / 32);
   Load l;
-  l.q0 = __ldcs(w + r0 * row_chunks + chunk);
-  l.q1 = __ldcs(w + r8 * row_chunks + chunk);
-  l.s0 = __ldcs(W.s + r0 * G + grp);
-  l.b0 = __ldcs(W.b + r0 * G + grp);
-  l.s1 = __ldcs(W.s + r8 * G + grp);
-  l.b1 = __ldcs(W.b + r8 * G + grp);
+  l.q0 = __ldcs(w + (r0 * (K / 32) + chunk));
+  l.q1 = __ldcs(w + (r8 * (K / 32) + chunk));
+  l.s0 = __ldcs(W.s + (r0 * G + grp));
+  l.b0 = __ldcs(W.b + (r0 * G + grp));
+  l.s1 = __ldcs(W.s + (r8 * G + grp));
+  l.b1 = __ldcs(W.b + (r8 * G + grp));
   return l;
 }
 
@@ -127,8 +127,12 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
   return {hi, lo, xsum};
 }
 
-__device__ __forceinline__ uint32_t pair(uint32_t w, int j) {
-  return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+// Codes j and j+4 of a word as bf16 128 + q: one LOP3 ((w & mask) | magic,
+// the magic in a register so both constants fit) after the shift.
+__device__ __forceinline__ uint32_t pair(uint32_t w, int j, uint32_t magic) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(d) : "r"(w >> (4 * j)), "r"(magic));
+  return d;
 }
 
 __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -150,11 +154,14 @@ __device__ __forceinline__ void round_dot(const Load& l, const Staged& x, int xc
 #pragma unroll
     for (int i = 0; i < 4; ++i) xv[i] = src[(xchunk + t) * 4 + i];
   const uint32_t w0[4] = {l.q0.x, l.q0.y, l.q0.z, l.q0.w}, w8[4] = {l.q1.x, l.q1.y, l.q1.z, l.q1.w};
+  const uint32_t m = 0x43004300u;
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    mma(d, pair(w0[i], 0), pair(w8[i], 0), pair(w0[i], 1), pair(w8[i], 1), xv[i].x, xv[i].y);
-    mma(d, pair(w0[i], 2), pair(w8[i], 2), pair(w0[i], 3), pair(w8[i], 3), xv[i].z, xv[i].w);
+    mma(d, pair(w0[i], 0, m), pair(w8[i], 0, m), pair(w0[i], 1, m), pair(w8[i], 1, m), xv[i].x,
+        xv[i].y);
+    mma(d, pair(w0[i], 2, m), pair(w8[i], 2, m), pair(w0[i], 3, m), pair(w8[i], 3, m), xv[i].z,
+        xv[i].w);
   }
   const float X = t < 2 ? x.xsum[xchunk / 2 + (t & 1)] : 0.0f;
   const float s0 = __uint_as_float(uint32_t(l.s0) << 16),
