@@ -11,14 +11,16 @@ ncu --metrics gpu__time_duration.sum --csv --graph-profiling node --cache-contro
   $BIN/tern bench --dummy 35b-a3b --backend cuda --decode "$CTX" --gen 2 --repeat 1 \
   --json /tmp/p.json >/tmp/ncu.csv 2>/tmp/ncu.err
 python3 - "$CTX" <<'PY' | tee $OUT/profile.txt
-import csv, sys, collections
+import csv, sys, collections, re
 rows = [r for r in csv.reader(open("/tmp/ncu.csv")) if len(r) > 10]
 head = rows[0]
 k, v = head.index("Kernel Name"), head.index("Metric Value")
 t = collections.defaultdict(list)
 for r in rows[1:]:
     try:
-        t[r[k].split("(")[0].split("<")[0]].append(float(r[v].replace(",", "")))
+        name = r[k].split("(")[0].split("<")[0]
+        job = re.search(r"(\w+Job)", r[k])  # the tile kernel, per job
+        t[name + (f"<{job.group(1)}>" if job else "")].append(float(r[v].replace(",", "")))
     except ValueError:
         pass
 # The decode kernels of one step: divide by the number of steps seen (argmax runs once a step).

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/qdot.cuh"
-#include "backends/cuda/tile_mma.cuh"
+#include "backends/cuda/tile_gemv.cuh"
 
 namespace tern::cuda {
 
@@ -70,87 +70,26 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   }
 }
 
-// The tensor-core path (tile_mma.cuh) for 4-bit matrices. One block per SM
-// owns a contiguous range of 16-row tiles and walks it in batches of TB tiles,
-// its 16 warps splitting K (RPW rounds of 128 columns each). Two batches'
-// weights are loaded into registers before waiting for the previous kernel,
-// and each batch's successor-but-one goes out as soon as the batch's registers
-// are consumed, so every SM keeps ~2 x 16 x TB x RPW KB in flight.
-template <int RPW, int TB>
-__global__ void __launch_bounds__(tile::kThreads, 1) gemv_tile_kernel(GemvArgs a) {
-  extern __shared__ float4 sm4[];
-  pdl_launch_dependents();
-  const int K = a.W.cols, rounds = K / tile::kRound, rows = a.W.rows, tiles = (rows + 15) / 16;
-  const int t0 = int(blockIdx.x * unsigned(tiles) / gridDim.x);
-  const int t1 = int((blockIdx.x + 1) * unsigned(tiles) / gridDim.x);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
-  using Batch = tile::Load[TB][RPW];
-  auto issue = [&](Batch& ld, int b0) {
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-#pragma unroll
-      for (int j = 0; j < RPW; ++j) {
-        const int r = warp * RPW + j, row = (b0 + tt) * 16 + g;
-        if (r < rounds && b0 + tt < t1)
-          ld[tt][j] =
-              tile::load(a.W, size_t(min(row, rows - 1)), size_t(min(row + 8, rows - 1)), r);
-      }
-  };
-  Batch ld0, ld1;
-  issue(ld0, t0);
-  issue(ld1, t0 + TB);
-  pdl_wait();
-  float* red = nullptr;
-  const tile::Staged xs =
-      tile::stage(a.x, K, a.norm, a.eps, nullptr, 0, reinterpret_cast<float*>(sm4), &red);
-  // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
-  // and reduces across warps through red half `half`.
-  auto step = [&](Batch& ld, int b0, int half) {
-    float acc[TB][2] = {};
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-#pragma unroll
-      for (int j = 0; j < RPW; ++j)
-        if (warp * RPW + j < rounds)
-          tile::round_dot(ld[tt][j], xs, 4 * (warp * RPW + j), acc[tt][0], acc[tt][1]);
-    issue(ld, b0 + 2 * TB);
-    float* rd = red + half * tile::kWarps * TB * 16;
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt) {
-      const float v0 = tile::quad_sum(acc[tt][0]), v8 = tile::quad_sum(acc[tt][1]);
-      if ((lane & 3) == 0) {
-        rd[warp * TB * 16 + tt * 16 + g] = v0;
-        rd[warp * TB * 16 + tt * 16 + g + 8] = v8;
-      }
-    }
-    __syncthreads();
-    const int row = b0 * 16 + int(threadIdx.x);
-    if (threadIdx.x < TB * 16 && b0 + int(threadIdx.x) / 16 < t1 && row < rows) {
-      float sum = 0.0f;
-      for (int w = 0; w < tile::kWarps && w * RPW < rounds; ++w)
-        sum += rd[w * TB * 16 + threadIdx.x];
-      finish_row(a, row, sum);
-    }
-  };
-  for (int b0 = t0; b0 < t1; b0 += 2 * TB) {
-    step(ld0, b0, 0);
-    if (b0 + TB < t1) step(ld1, b0 + TB, 1);
+// The tensor-core path (tile_gemv.cuh) for 4-bit matrices: rows in order,
+// weights loaded before the previous kernel ends.
+struct DenseJob {
+  GemvArgs a;
+  static constexpr bool kEarly = true;
+  static constexpr int kAlign = 1;
+  __device__ int tiles() const { return (a.W.rows + 15) / 16; }
+  __device__ int rounds() const { return a.W.cols / tile::kRound; }
+  __device__ tile::Load load(int t, int round) const {
+    const int row = t * 16 + int((threadIdx.x & 31) >> 2), last = a.W.rows - 1;
+    return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
   }
-}
-
-template <int RPW, int TB>
-cudaError_t launch_tile(const GemvArgs& a, cudaStream_t st) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  const size_t smem = tile::stage_bytes(a.W.cols, 2 * tile::kWarps * TB * 16);
-  const int tiles = (a.W.rows + 15) / 16;
-  return launch_pdl(&gemv_tile_kernel<RPW, TB>, dim3(std::min(tiles, sms)), dim3(tile::kThreads),
-                    smem, st, a);
-}
+  __device__ tile::Staged stage(float* sm, float** red) const {
+    return tile::stage(a.x, a.W.cols, a.norm, a.eps, nullptr, 0, sm, red);
+  }
+  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+    const int i = int(threadIdx.x), row = b0 * 16 + i;
+    if (i < s.stride && b0 + i / 16 < t1 && row < a.W.rows) finish_row(a, row, s.row(i));
+  }
+};
 
 template <int BITS>
 cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
@@ -173,8 +112,9 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   const int rounds = a.W.cols / tile::kRound;
   if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && rounds <= 2 * tile::kWarps) {
-    if (rounds <= tile::kWarps) return launch_tile<1, 3>(a, st);
-    return launch_tile<2, 1>(a, st);
+    const int tiles = (a.W.rows + 15) / 16;
+    if (rounds <= tile::kWarps) return tile::launch<1, 3>(DenseJob{a}, tiles, a.W.cols, st);
+    return tile::launch<2, 1>(DenseJob{a}, tiles, a.W.cols, st);
   }
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);

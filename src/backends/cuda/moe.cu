@@ -2,6 +2,7 @@
 // one launch), gate/up/SwiGLU of the routed and shared experts in one launch,
 // and down + routing weights + shared gate + residual add in one launch.
 #include "backends/cuda/qdot.cuh"
+#include "backends/cuda/tile_gemv.cuh"
 
 namespace tern::cuda {
 
@@ -133,6 +134,63 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
   if (sl == 0 && d < D) a.h[d] += acc;
 }
 
+// Tensor-core versions (tile_gemv.cuh). Gate/up: the tiles of slot s are
+// 16-row gate and up tiles alternating (gate f..f+15, up f..f+15, ...), so a
+// batch of two holds both halves of SwiGLU. Rows depend on the router's ids,
+// so loads wait for it.
+struct UpJob {
+  ExpertsUpArgs a;
+  static constexpr bool kEarly = false;
+  static constexpr int kAlign = 2;
+  __device__ int per_slot() const { return 2 * a.inter / 16; }
+  __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
+  __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
+  __device__ int expert(int slot) const { return slot < a.top_k ? a.ids[slot] : a.n_experts; }
+  __device__ tile::Load load(int t, int round) const {
+    const int slot = t / per_slot(), p = t % per_slot(), g = int((threadIdx.x & 31) >> 2);
+    const uint32_t row =
+        uint32_t(expert(slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
+    return tile::load(a.gate_up, row, row + 8, round);
+  }
+  __device__ tile::Staged stage(float* sm, float** red) const {
+    return tile::stage(a.a, a.gate_up.cols, nullptr, 0.0f, nullptr, 0, sm, red);
+  }
+  // Batches are one gate/up tile pair.
+  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+    const int i = int(threadIdx.x);
+    if (i >= 16 || b0 >= t1) return;
+    const int slot = b0 / per_slot(), f = (b0 % per_slot()) / 2 * 16 + i;
+    a.act[slot * a.inter + f] = siluf(s.row(i)) * s.row(16 + i);
+  }
+};
+
+// Down: K runs over the slots (rounds of slot s read expert s's row), the
+// staged activation is act times the routing weight of its slot, and the
+// sums add into h.
+struct DownJob {
+  ExpertsDownArgs a;
+  static constexpr bool kEarly = false;
+  static constexpr int kAlign = 1;
+  __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
+  __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
+  __device__ int tiles() const { return hidden() / 16; }
+  __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
+  __device__ tile::Load load(int t, int round) const {
+    const int slot = round / slot_rounds(), g = int((threadIdx.x & 31) >> 2);
+    const int e = slot < a.top_k ? a.ids[slot] : a.n_experts;
+    const uint32_t row = uint32_t(e * hidden() + t * 16 + g);
+    return tile::load(a.down, row, row + 8, round % slot_rounds());
+  }
+  __device__ tile::Staged stage(float* sm, float** red) const {
+    const int I = a.down.cols;
+    return tile::stage(a.act, I * (a.top_k + 1), nullptr, 0.0f, a.wts, I, sm, red);
+  }
+  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+    const int i = int(threadIdx.x);
+    if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
+  }
+};
+
 int rows_per_block(int chunks) {
   int l = 1;
   while (l < 32 && 2 * l <= chunks) l *= 2;
@@ -150,6 +208,9 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
 
 cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
   if (a.gate_up.bits != 4) return cudaErrorInvalidValue;
+  const int K = a.gate_up.cols;
+  if (K % tile::kRound == 0 && K <= tile::kWarps * tile::kRound && a.inter % 16 == 0)
+    return tile::launch<1, 2>(UpJob{a}, (a.top_k + 1) * 2 * a.inter / 16, K, st);
   const int rpb = rows_per_block(a.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((a.inter + rpb - 1) / rpb, a.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(a.gate_up.cols), st, a);
@@ -157,7 +218,9 @@ cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
 
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
-  const int D = a.down.rows / (a.n_experts + 1);
+  const int D = a.down.rows / (a.n_experts + 1), I = a.down.cols;
+  if (I % tile::kRound == 0 && D % 16 == 0 && (a.top_k + 1) * I <= 3 * tile::kWarps * tile::kRound)
+    return tile::launch<3, 1>(DownJob{a}, D / 16, I * (a.top_k + 1), st);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);
