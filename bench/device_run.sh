@@ -5,15 +5,10 @@
 # shared libraries they need), so no device time goes to compiling.
 # DECODE and GEN override the context lengths and timed tokens.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-BIN=bench/prebuilt
-export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
-# The tests find tests/data through the source path compiled in.
-SRC=$(cat $BIN/SOURCE_DIR)
-if [ "$SRC" != "$PWD" ]; then mkdir -p "$(dirname "$SRC")" && ln -sfn "$PWD" "$SRC"; fi
+source "$(dirname "$0")/prebuilt_env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee $OUT/gpu.txt
 (cd "$SRC" && $PWD/$BIN/test_cuda --gtest_brief=1) 2>&1 | tee $OUT/tests.log | tail -60
 $BIN/tern bench --dummy 35b-a3b --backend cuda \
   --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
   --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
-  --rev "$(tr -d "\n" <$BIN/REV)" 2>&1 | tee $OUT/bench.log
+  --rev "$REV" 2>&1 | tee $OUT/bench.log

@@ -2,10 +2,8 @@
 # On the GPU machine: ncu's detailed sections (throughput, occupancy, warp
 # stalls) for one launch of each named decode kernel, into $OUT/ncu_detail.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-BIN=bench/prebuilt
-export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
-for k in ${KERNELS:-gemv_kernel experts_up_kernel router_kernel}; do
+source "$(dirname "$0")/prebuilt_env.sh"
+for k in ${KERNELS:-gemv_kernel router_kernel gdn_step_kernel}; do
   ncu --kernel-name "regex:$k" --launch-skip ${SKIP:-40} --launch-count 1 --graph-profiling node \
     --cache-control none --clock-control none \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -3,9 +3,7 @@
 # (ncu, clocks and caches left alone; kernels still run one at a time, so the
 # total is above an event-timed step), aggregated by kernel name into $OUT/profile.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-BIN=bench/prebuilt
-export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/prebuilt_env.sh"
 CTX=${CTX:-4096}
 ncu --metrics gpu__time_duration.sum --csv --graph-profiling node --cache-control none --clock-control none \
   $BIN/tern bench --dummy 35b-a3b --backend cuda --decode "$CTX" --gen 2 --repeat 1 \
