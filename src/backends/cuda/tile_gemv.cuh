@@ -22,14 +22,16 @@
 namespace tern::cuda::tile {
 
 // A batch's per-warp partial sums in shared memory: warp w's row i of the
-// batch at p[w * stride + i]; the first `warps` warps hold rounds.
+// batch at p[w * stride + i]; the first `warps` warps hold rounds. A row's
+// total is multiplied by the staged activation's scale.
 struct Sums {
   const float* p;
   int stride, warps;
+  float scale;
   __device__ float row(int i) const {
     float s = 0.0f;
     for (int w = 0; w < warps; ++w) s += p[w * stride + i];
-    return s;
+    return s * scale;
   }
 };
 
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   if constexpr (!Job::kEarly) issue(ld0, t0), issue(ld1, t0 + TB);
   float* red = nullptr;
   const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
-  const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW)};
+  const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
   auto step = [&](Batch& ld, int b0, int half) {

@@ -54,11 +54,12 @@ struct Staged {
   const uint4* hi;
   const uint4* lo;
   const float* xsum;  // [K / 64]
+  float scale;        // multiplies the finished dot products (the RMSNorm factor)
 };
 
 // Shared memory stage() needs for K columns, plus `red` floats of reduction space.
 constexpr size_t stage_bytes(int K, int red) {
-  return size_t(K) * 4 + sizeof(float) * (size_t(K / 8) + size_t(K / 64) + 32 + red);
+  return size_t(K) * 4 + sizeof(float) * (size_t(K / 4) + size_t(K / 64) + 32 + red);
 }
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
@@ -66,36 +67,33 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Stages x ([K], a multiple of 64), optionally RMS-normalised and multiplied by
-// norm[]; `scale` (when given) multiplies column k by scale[k / per_scale].
-// Each thread takes whole words (8 columns), which land as one 16-byte store
-// of high parts and one of low parts. Returns the staged view and the `red`
+// Stages x ([K], a multiple of 64), optionally multiplied by norm[]; `scale`
+// (when given) multiplies column k by scale[k / per_scale]. RMSNorm is a
+// scalar per token, so it is not applied here: its factor, from the sum of
+// squares gathered in the same pass, comes back as Staged::scale for the
+// finished dot products, which saves a pass over x and two barriers. Each
+// thread takes whole words (8 columns), which land as one 16-byte store of
+// high parts and one of low parts. Returns the staged view and the `red`
 // floats after it. Ends with a block barrier.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
                                const float* scale, int per_scale, float* sm, float** red) {
   uint4* hi = reinterpret_cast<uint4*>(sm);
   uint4* lo = hi + K / 8;
-  float* wsum = sm + K;  // per word
-  float* xsum = wsum + K / 8;
-  float* scratch = xsum + K / 64;
-  *red = scratch + 32;
+  float* wsum = sm + K;       // per word: sum of the staged values
+  float* wsq = wsum + K / 8;  // per word: sum of squares of x
+  float* xsum = wsq + K / 8;
+  float* inv = xsum + K / 64;
+  *red = inv + 32;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* n4 = reinterpret_cast<const float4*>(norm);
-  float inv = 1.0f;
-  if (norm != nullptr) {
-    float ss = 0.0f;
-    for (int v = threadIdx.x; v < K / 4; v += blockDim.x) {
-      const float4 q = x4[v];
-      ss += (q.x * q.x + q.y * q.y) + (q.z * q.z + q.w * q.w);
-    }
-    inv = 1.0f / sqrtf(block_sum(ss, scratch) / float(K) + eps);
-  }
   for (int v = threadIdx.x; v < K / 8; v += blockDim.x) {
     float4 p = x4[2 * v], q = x4[2 * v + 1];
     if (norm != nullptr) {
+      wsq[v] = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
+               (q.z * q.z + q.w * q.w);
       const float4 np = n4[2 * v], nq = n4[2 * v + 1];
-      p = make_float4(p.x * inv * np.x, p.y * inv * np.y, p.z * inv * np.z, p.w * inv * np.w);
-      q = make_float4(q.x * inv * nq.x, q.y * inv * nq.y, q.z * inv * nq.z, q.w * inv * nq.w);
+      p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
+      q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
     }
     if (scale != nullptr) {
       const float m = scale[8 * v / per_scale];
@@ -123,8 +121,14 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     for (int w = 0; w < 8; ++w) s += wsum[8 * gi + w];
     xsum[gi] = s;
   }
+  if (norm != nullptr && threadIdx.x < 32) {
+    float ss = 0.0f;
+    for (int v = threadIdx.x; v < K / 8; v += 32) ss += wsq[v];
+    ss = warp_sum(ss);
+    if (threadIdx.x == 0) *inv = 1.0f / sqrtf(ss / float(K) + eps);
+  }
   __syncthreads();
-  return {hi, lo, xsum};
+  return {hi, lo, xsum, norm != nullptr ? *inv : 1.0f};
 }
 
 // Codes j and j+4 of a word as bf16 128 + q: one LOP3 ((w & mask) | magic,
