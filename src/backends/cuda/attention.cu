@@ -53,6 +53,27 @@ __device__ __forceinline__ void unpack8(const uint4 u, float* f) {
   }
 }
 
+// Sums G per-lane partial values over the warp, leaving lane l with the total
+// of value l >> (5 - log2 G) (its "own" head): halving exchanges (each lane sends
+// the half it gives up) then a butterfly, 2G - 1 + 5 - log2 G shuffles instead
+// of 5G, and afterwards only one lane group per head does the softmax.
+template <int G>
+__device__ __forceinline__ float reduce_scatter(float (&v)[G], int lane) {
+  int o = 16;
+#pragma unroll
+  for (int n = G; n > 1; n /= 2, o /= 2) {
+    const bool up = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float send = up ? v[i] : v[i + n / 2], keep = up ? v[i + n / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFull, send, o);
+    }
+  }
+  float r = v[0];
+  for (; o > 0; o /= 2) r += __shfl_xor_sync(kFull, r, o);
+  return r;
+}
+
 // Lane l holds dims 8l..8l+7 of every row; warps take every kWarps-th position.
 template <int G>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
@@ -62,18 +83,19 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   const int kvh = blockIdx.x, split = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = *a.pos + 1, chunk = (n + a.splits - 1) / a.splits;
   const int start = split * chunk, end = min(n, start + chunk);
-  float q[G][8], acc[G][8], m[G], l[G];
+  // Lanes own heads for the softmax: head `mine` is summed into lanes
+  // mine << shift ... and its running max m and sum l live there.
+  constexpr int shift = G == 1 ? 5 : G == 2 ? 4 : G == 4 ? 3 : 2;
+  const int mine = lane >> shift;
+  float q[G][8], acc[G][8], m = -INFINITY, l = 0.0f;
   const float scale = rsqrtf(float(kD));
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       q[g][i] = a.q[(kvh * G + g) * kD + lane * 8 + i] * scale;
       acc[g][i] = 0.0f;
     }
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-  }
   const uint4* K = reinterpret_cast<const uint4*>(a.k_cache + size_t(kvh) * a.capacity * kD);
   const uint4* V = reinterpret_cast<const uint4*>(a.v_cache + size_t(kvh) * a.capacity * kD);
   // kAhead positions' K and V rows in flight per warp: the loads of the next
@@ -101,26 +123,30 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
         kr[j] = __ldcs(K + size_t(next) * (kD / 8) + lane);
         vr[j] = __ldcs(V + size_t(next) * (kD / 8) + lane);
       }
+      float sc[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float s = 0.0f;
+        sc[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
-        s = warp_sum(s);
-        const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), e = expf(s - mn);
-        l[g] = l[g] * c + e;
+        for (int i = 0; i < 8; ++i) sc[g] += q[g][i] * kf[i];
+      }
+      const float s = reduce_scatter<G>(sc, lane);
+      const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
+      l = l * c + e;
+      m = mn;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * c + e * vf[i];
-        m[g] = mn;
+      for (int g = 0; g < G; ++g) {
+        const float cg = __shfl_sync(kFull, c, g << shift), eg = __shfl_sync(kFull, e, g << shift);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * cg + eg * vf[i];
       }
     }
   }
+  if ((lane & ((1 << shift) - 1)) == 0) sm_m[warp][mine] = m, sm_l[warp][mine] = l;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
+  for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < 8; ++i) sm_o[warp][g][lane * 8 + i] = acc[g][i];
-  }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * kD; idx += kWarps * 32) {
     const int g = idx / kD, d = idx % kD;
