@@ -134,11 +134,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
       const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
       l = l * c + e;
       m = mn;
+      // The running max rarely moves after the first positions: rescale only
+      // when it did for some head.
+      if (__any_sync(kFull, c != 1.0f))
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float cg = __shfl_sync(kFull, c, g << shift);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] *= cg;
+        }
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        const float cg = __shfl_sync(kFull, c, g << shift), eg = __shfl_sync(kFull, e, g << shift);
+        const float eg = __shfl_sync(kFull, e, g << shift);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * cg + eg * vf[i];
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(eg, vf[i], acc[g][i]);
       }
     }
   }
