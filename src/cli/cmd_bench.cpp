@@ -1,9 +1,11 @@
 // tern bench (decode part): for each context length, fill the context (untimed,
 // synthetic KV cache and state: the prefill kernels are a later issue), then
-// time greedy decode steps; report the median over repeats of tok/s and
-// ms/token, bytes moved per token, achieved GB/s and the fraction of the
-// roofline floor (bytes / device-to-device copy bandwidth measured in the same
-// run). Table on stdout, JSON and an SVG plot on request.
+// time decode steps (greedy, or the GPU sampler with --sample); report the
+// median over repeats of tok/s and ms/token, bytes moved per token, achieved
+// GB/s and the fraction of the roofline floor (bytes / device-to-device copy
+// bandwidth measured in the same run), and the launch overhead of a graph of
+// as many empty kernels as the step has. Table on stdout, JSON and an SVG plot
+// on request.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -26,6 +28,7 @@ struct BenchOptions {
   std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
+  bool sample = false;
   std::string command;
 };
 
@@ -44,6 +47,18 @@ struct BenchOptions {
   }
   if (v.empty()) fail("--decode needs at least one context length");
   return v;
+}
+
+// The sampler settings that --sample times.
+[[maybe_unused]] SamplingParams bench_sampling(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.1f;
+  p.seed = seed;
+  return p;
 }
 
 [[maybe_unused]] double median(std::vector<double> v) {
@@ -117,6 +132,11 @@ int run_bench(const BenchOptions& o) {
   auto seq = be->new_sequence();
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
   be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
+  const SamplingParams sampling = o.sample ? bench_sampling(o.seed) : SamplingParams{};
+  be->set_sampling(*seq, sampling, {});
+  const std::string choice =
+      o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"
+               : "greedy (arg-max)";
 
   const size_t weights = be->weights().active_bytes_per_token();
   const size_t gdn_state =
@@ -126,6 +146,7 @@ int run_bench(const BenchOptions& o) {
   std::printf(
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
       copy_bw / 1e9, weights / 1e6, double(cuda::device_memory_used()) / 1e9);
+  std::printf("token choice: %s\n", choice.c_str());
   std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
               "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();
@@ -152,6 +173,10 @@ int run_bench(const BenchOptions& o) {
                     {"fraction_of_floor", tok_s / floor_tok_s},
                     {"seconds_per_repeat", secs}});
   }
+  const int kernels = be->step_kernels(*seq);
+  const double launch_us = cuda::launch_overhead(kernels) * 1e6;
+  std::printf("launch overhead: %.1f us per step of %d empty kernels (%.2f us per kernel)\n",
+              launch_us, kernels, launch_us / kernels);
   const size_t mem = cuda::device_memory_used();
   std::printf("device memory in use at the end: %.2f GB\n", double(mem) / 1e9);
   nlohmann::json j = {{"command", o.command},
@@ -159,6 +184,11 @@ int run_bench(const BenchOptions& o) {
                       {"backend", "cuda"},
                       {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy},
                       {"gen", o.gen},
+                      {"token_choice", o.sample ? "sample" : "greedy"},
+                      {"token_choice_detail", choice},
+                      {"kernels_per_step", kernels},
+                      {"launch_overhead_us_per_step", launch_us},
+                      {"launch_overhead_us_per_kernel", launch_us / kernels},
                       {"repeat", o.repeat},
                       {"context_fill", "synthetic (random bf16 KV cache and GDN state), untimed"},
                       {"copy_bandwidth_gb_s", copy_bw / 1e9},
@@ -193,14 +223,18 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--json", o->json, "Write the results as JSON");
   cmd->add_option("--plot", o->plot, "Write tok/s against context as SVG");
-  cmd->add_option("--seed", o->seed, "Seed of the random weights and contexts");
+  cmd->add_option("--seed", o->seed, "Seed of the random weights, contexts and sampler");
+  cmd->add_flag("--sample", o->sample,
+                "Time decode with the GPU sampler (temperature 0.8, top-k 40, top-p 0.95, "
+                "min-p 0.05, repetition penalty 1.1) instead of greedy");
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
   return [o, cmd] {
     o->command = "tern bench";
     for (const auto& s : cmd->remaining(true)) o->command += " " + s;
     for (const CLI::Option* opt : cmd->get_options())
       if (opt->count() > 0 && !opt->get_lnames().empty() && opt->get_lnames()[0] != "help")
-        o->command += " --" + opt->get_lnames()[0] + " " + opt->as<std::string>();
+        o->command += " --" + opt->get_lnames()[0] +
+                      (opt->get_expected_max() == 0 ? "" : " " + opt->as<std::string>());
     return run_bench(*o);
   };
 }

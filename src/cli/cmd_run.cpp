@@ -59,51 +59,47 @@ std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer* tok) {
 }
 
 int run_generation(const RunOptions& o) {
+  validate(o.sampling);
   std::optional<Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(o.run.model) / "tokenizer.json"))
     tok.emplace(Tokenizer::load(o.run.model));
-  std::vector<int32_t> history = prompt_ids(o, tok ? &*tok : nullptr);
+  const std::vector<int32_t> prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  if (prompt.empty()) fail("the prompt encodes to no tokens");
   auto backend = open_backend(o.run);
   const std::vector<int32_t> stops = stop_ids(backend->config(), tok ? &*tok : nullptr);
-  Sampler sampler(o.sampling);
   auto seq = backend->new_sequence();
   std::optional<StreamDecoder> text;
   if (tok) text.emplace(*tok);
-  const size_t n_prompt = history.size();
+  // All but the last prompt token are prefilled; generate() feeds the last one.
+  const auto context = std::span(prompt).first(prompt.size() - 1);
   std::vector<float> logits;
 
   const auto t0 = Clock::now();
-  for (size_t s = 0; s < history.size(); s += size_t(o.chunk)) {
-    const size_t m = std::min(history.size() - s, size_t(o.chunk));
-    backend->forward(*seq, std::span(history).subspan(s, m), Logits::last, logits);
+  for (size_t s = 0; s < context.size(); s += size_t(o.chunk)) {
+    const size_t m = std::min(context.size() - s, size_t(o.chunk));
+    backend->forward(*seq, context.subspan(s, m), Logits::last, logits);
   }
-  const double prefill_s = seconds_since(t0);
-
-  const auto t1 = Clock::now();
+  auto t1 = t0;  // when the first token arrives: prefill ends, decode starts
   int generated = 0;
-  for (; generated < o.max_tokens; ++generated) {
-    const int32_t next = sampler.sample(logits, history);
-    history.push_back(next);
-    const bool stop = std::count(stops.begin(), stops.end(), next) > 0;
+  backend->generate(*seq, context, prompt.back(), o.sampling, o.max_tokens, [&](int32_t next) {
+    if (generated++ == 0) t1 = Clock::now();
     if (text)
       std::fputs(text->push(next).c_str(), stdout);
     else
       std::printf("%d ", next);
     std::fflush(stdout);
-    if ((stop && !o.ignore_eos) || generated + 1 == o.max_tokens) {
-      ++generated;
-      break;
-    }
-    backend->forward(*seq, std::span(&history.back(), 1), Logits::last, logits);
-  }
+    return o.ignore_eos || std::count(stops.begin(), stops.end(), next) == 0;
+  });
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = seconds_since(t1);
   std::printf("%s\n", text ? text->finish().c_str() : "");
   std::fflush(stdout);  // the text ends before the speed line on stderr
   std::fprintf(
       stderr,
       "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
-      n_prompt, prefill_s, double(n_prompt) / prefill_s, generated, decode_s,
-      generated / std::max(decode_s, 1e-9));
+      prompt.size(), prefill_s, double(prompt.size()) / prefill_s, generated, decode_s,
+      // decode_s starts when the first token arrives: it spans generated - 1 steps.
+      std::max(generated - 1, 0) / std::max(decode_s, 1e-9));
   return 0;
 }
 

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/host_device.h"
+
 namespace tern {
 
-inline uint64_t splitmix64(uint64_t x) {
+TERN_HD inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;

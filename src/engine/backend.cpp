@@ -14,7 +14,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name,
 #ifdef TERN_HAVE_CUDA
   if (name == "cuda") return std::make_unique<cuda::CudaBackend>(std::move(weights));
 #else
-  if (name == "cuda") fail("the CUDA backend is not built into this tern (configure with nvcc and -DTERN_CUDA=ON)");
+  if (name == "cuda")
+    fail("the CUDA backend is not built into this tern (configure with nvcc and -DTERN_CUDA=ON)");
 #endif
   fail("unknown backend '{}' (cpu or cuda)", name);
 }

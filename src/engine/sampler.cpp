@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <unordered_map>
-#include <vector>
+#include <functional>
 
 #include "core/error.h"
 
@@ -19,50 +17,91 @@ void validate(const SamplingParams& p) {
     fail("repetition_penalty must be > 0, got {}", p.repetition_penalty);
 }
 
+SampleRules sample_rules(const SamplingParams& p) {
+  validate(p);
+  const double one = double(sampling::kMassOne);
+  SampleRules r;
+  r.temperature = p.temperature;
+  r.repetition = p.repetition_penalty;
+  r.presence = p.presence_penalty;
+  r.frequency = p.frequency_penalty;
+  r.top_k = p.top_k;
+  r.top_p = uint64_t(std::llround(double(p.top_p) * one));
+  r.min_mass = uint64_t(std::llround(double(p.min_p) * one));
+  r.seed = p.seed;
+  return r;
+}
+
 int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_t> history) {
-  std::vector<float> logits(logits_in.begin(), logits_in.end());
-  if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f ||
-      p_.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : history)
-      if (t >= 0 && size_t(t) < logits.size()) counts[t]++;
-    for (auto [t, n] : counts) {
-      float& l = logits[size_t(t)];
-      l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
-      l -= p_.presence_penalty + p_.frequency_penalty * float(n);
-    }
-  }
-  if (p_.temperature == 0.0f) return argmax(logits);
+int32_t sample_token(std::span<const float> logits, std::span<const int32_t> counts,
+                     const SamplingParams& p, uint64_t step) {
+  using namespace sampling;
+  const size_t V = logits.size();
+  if (V == 0 || V > size_t(kMaxVocab))
+    fail("sample_token: {} logits (1 to {} supported)", V, kMaxVocab);
+  if (!counts.empty() && counts.size() != V)
+    fail("sample_token: {} counts for {} logits", counts.size(), V);
+  const SampleRules r = sample_rules(p);
+  std::vector<uint32_t> key(V);
+  for (size_t i = 0; i < V; ++i)
+    key[i] = order_key(scaled_logit(logits[i], counts.empty() ? 0 : counts[i], r));
+  const size_t best = size_t(std::max_element(key.begin(), key.end()) - key.begin());
+  if (r.temperature == 0.0f) return int32_t(best);
+  const float z_max = key_value(key[best]);
 
-  std::vector<int32_t> idx(logits.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  size_t keep = p_.top_k > 0 ? std::min(idx.size(), size_t(p_.top_k)) : idx.size();
-  std::partial_sort(idx.begin(), idx.begin() + ptrdiff_t(keep), idx.end(),
-                    [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
-  idx.resize(keep);
-  std::vector<double> prob(keep);
-  const double mx = logits[size_t(idx[0])];
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i)
-    sum += prob[i] = std::exp((logits[size_t(idx[i])] - mx) / p_.temperature);
-  for (double& q : prob) q /= sum;
-  // min-p relative to the best token, then the smallest top-p nucleus.
-  size_t n = keep;
-  while (n > 1 && prob[n - 1] < p_.min_p * prob[0]) --n;
-  double cum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cum += prob[i];
-    if (cum >= p_.top_p) {
-      n = i + 1;
-      break;
+  uint32_t top_k_key = 0;
+  if (r.top_k > 0 && size_t(r.top_k) < V) {
+    std::vector<uint32_t> sorted = key;
+    const auto kth = sorted.begin() + (r.top_k - 1);
+    std::nth_element(sorted.begin(), kth, sorted.end(), std::greater<>());
+    top_k_key = *kth;
+  }
+  // The top-k set's masses; min-p drops from it by mass.
+  std::vector<uint64_t> q(V, 0);
+  std::vector<size_t> kept;
+  uint64_t top_k_mass = 0;
+  for (size_t i = 0; i < V; ++i) {
+    if (key[i] < top_k_key) continue;
+    q[i] = mass(key_value(key[i]), z_max);
+    top_k_mass += q[i];
+    if (q[i] >= r.min_mass) kept.push_back(i);
+  }
+  uint32_t top_p_key = 0;
+  if (r.top_p < kMassOne) {
+    std::vector<size_t> by_z = kept;
+    std::sort(by_z.begin(), by_z.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
+    uint64_t cum = 0;
+    for (size_t i : by_z) {
+      cum += q[i];
+      if (q[i] > 0 && reaches(cum, top_k_mass, r.top_p)) {
+        top_p_key = key[i];
+        break;
+      }
     }
   }
-  std::discrete_distribution<size_t> pick(prob.begin(), prob.begin() + ptrdiff_t(n));
-  return idx[pick(rng_)];
+  std::erase_if(kept, [&](size_t i) { return key[i] < top_p_key; });
+  uint64_t total = 0;
+  for (size_t i : kept) total += q[i];
+  const uint64_t target = draw_target(total, r.seed, step);
+  uint64_t run = 0;
+  for (size_t i : kept)
+    if ((run += q[i]) > target) return int32_t(i);
+  check_failed("draw target < kept mass", __FILE__, __LINE__);
+}
+
+Sampler::Sampler(const SamplingParams& p, int vocab) : p_(p), counts_(size_t(vocab), 0) {
+  validate(p);
+}
+
+void Sampler::feed(int32_t token) {
+  if (token >= 0 && size_t(token) < counts_.size()) counts_[size_t(token)]++;
+}
+
+int32_t Sampler::next(std::span<const float> logits) {
+  return sample_token(logits, counts_, p_, step_++);
 }
 
 }  // namespace tern

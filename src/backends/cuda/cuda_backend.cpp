@@ -23,6 +23,8 @@ CudaSequence::~CudaSequence() {
   for (auto* p : conv) cudaFree(p);
   cudaFree(ints);
   cudaFree(out);
+  cudaFree(counts);
+  cudaFree(rules);
 }
 
 CudaBackend::CudaBackend(std::shared_ptr<const ModelWeights> w) : w_(DeviceWeights::upload(*w)) {
@@ -35,6 +37,8 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
 
 CudaBackend::~CudaBackend() {
   for (void* p : bufs_) cudaFree(p);
+  cudaFreeHost(ids_out_);
+  for (cudaEvent_t e : id_ready_) cudaEventDestroy(e);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -66,6 +70,10 @@ void CudaBackend::init() {
   amax_ = buf(2 * 1024);
   ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
   counters_ = reinterpret_cast<unsigned*>(buf(2));
+  sample_scratch_ = buf((sample_scratch_bytes(c.vocab) + 3) / 4);
+  check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
+  for (cudaEvent_t& e : id_ready_)
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
 }
 
 std::unique_ptr<Sequence> CudaBackend::new_sequence() {
@@ -96,6 +104,7 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   if (n <= s.capacity) return;
   if (n > c.max_positions)
     fail("sequence of {} tokens exceeds the model's {} positions", n, c.max_positions);
+  check(cudaStreamSynchronize(stream_), "reserve");  // queued steps still use the old cache
   int cap = std::max(s.capacity, 1);
   while (cap < n) cap *= 2;
   cap = std::min(cap, c.max_positions);
@@ -165,13 +174,19 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   }
   check(gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st),
         "lm_head");
-  ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
-                kOutRing - 1, s.ints + kStep, pos};
-  check(argmax_advance(am, st), "argmax");
+  if (s.sampled) {
+    SampleArgs sa{logits_, c.vocab,      s.rules,        s.counts, sample_scratch_, s.ints + kToken,
+                  s.out,   kOutRing - 1, s.ints + kStep, pos};
+    check(sample_advance(sa, st), "sampler");
+  } else {
+    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
+                  kOutRing - 1, s.ints + kStep, pos};
+    check(argmax_advance(am, st), "argmax");
+  }
 }
 
-// One step through the captured graph (re-captured when the split tier moves).
-void CudaBackend::run_step(CudaSequence& s) {
+// The step graph for the next position (re-captured when the split tier moves).
+void CudaBackend::ensure_graph(CudaSequence& s) {
   reserve(s, s.length() + 1);
   const int splits = attn_splits(s.length() + 1);
   if (s.graph == nullptr || splits != s.splits) {
@@ -181,9 +196,17 @@ void CudaBackend::run_step(CudaSequence& s) {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
     enqueue_step(s);
     check(cudaStreamEndCapture(stream_, &g), "capture");
+    size_t nodes = 0;
+    check(cudaGraphGetNodes(g, nullptr, &nodes), "graph nodes");
+    s.kernels = int(nodes);
     check(cudaGraphInstantiate(&s.graph, g, 0), "graph instantiate");
     cudaGraphDestroy(g);
   }
+}
+
+// One step through the captured graph.
+void CudaBackend::run_step(CudaSequence& s) {
+  ensure_graph(s);
   check(cudaGraphLaunch(s.graph, stream_), "graph launch");
   s.length_ += 1;
 }
@@ -214,19 +237,74 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
   check(cudaStreamSynchronize(stream_), "forward");
 }
 
-std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
+void CudaBackend::set_sampling(Sequence& seq, const SamplingParams& p,
+                               std::span<const int32_t> history) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  if (n > kOutRing) fail("generate_greedy: at most {} tokens per call", kOutRing);
-  const int init[2] = {first, 0};
+  const int V = w_->cfg.vocab;
+  const SampleRules rules = sample_rules(p);
+  std::vector<int32_t> counts(size_t(V), 0);
+  for (int32_t t : history) {
+    if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
+    counts[size_t(t)]++;
+  }
+  if (s.sampled != !p.greedy() && s.graph != nullptr)
+    cudaGraphExecDestroy(s.graph), s.graph = nullptr;
+  s.sampled = !p.greedy();
+  if (!s.sampled) return;
+  if (s.counts == nullptr) {
+    check(cudaMalloc(&s.counts, size_t(V) * sizeof(int)), "token counts");
+    check(cudaMalloc(&s.rules, sizeof(SampleRules)), "sampling rules");
+  }
+  // Pageable sources: the copies are staged before cudaMemcpyAsync returns.
+  check(cudaMemcpyAsync(s.counts, counts.data(), counts.size() * sizeof(int),
+                        cudaMemcpyHostToDevice, stream_),
+        "token counts");
+  check(cudaMemcpyAsync(s.rules, &rules, sizeof(rules), cudaMemcpyHostToDevice, stream_),
+        "sampling rules");
+}
+
+void CudaBackend::generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
+                           const SamplingParams& p, int max_tokens,
+                           const std::function<bool(int32_t)>& on_token) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  std::vector<int32_t> seen(history.begin(), history.end());
+  seen.push_back(first);
+  set_sampling(s, p, seen);  // checks the ids
+  if (max_tokens <= 0) return;
+  const int init[2] = {first, 0};  // token, step
   check(cudaMemcpyAsync(s.ints + kToken, init, sizeof(init), cudaMemcpyHostToDevice, stream_),
         "token");
-  for (int i = 0; i < n; ++i) run_step(s);
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  check(
-      cudaMemcpyAsync(out.data(), s.out, size_t(n) * sizeof(int), cudaMemcpyDeviceToHost, stream_),
-      "ids");
+  // Step i feeds the token chosen by step i - 1 (already on the device) and
+  // streams its own choice into ids_out_[i % 2].
+  auto enqueue = [&](int i) {
+    run_step(s);
+    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + (i & (kOutRing - 1)), sizeof(int),
+                          cudaMemcpyDeviceToHost, stream_),
+          "id");
+    check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
+  };
+  enqueue(0);
+  for (int i = 0;; ++i) {
+    if (i + 1 < max_tokens) enqueue(i + 1);  // the GPU stays a step ahead
+    check(cudaEventSynchronize(id_ready_[i % 2]), "id");
+    if (!on_token(ids_out_[i % 2]) || i + 1 == max_tokens) break;
+  }
   check(cudaStreamSynchronize(stream_), "generate");
-  return out;
+}
+
+std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
+  std::vector<int32_t> ids;
+  generate(seq, {}, first, SamplingParams{}, n, [&](int32_t id) {
+    ids.push_back(id);
+    return true;
+  });
+  return ids;
+}
+
+int CudaBackend::step_kernels(Sequence& seq) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  ensure_graph(s);
+  return s.kernels;
 }
 
 void CudaBackend::set_length(Sequence& seq, int64_t length) {
@@ -302,6 +380,34 @@ double copy_bandwidth() {
   cudaFree(a);
   cudaFree(b);
   return 2.0 * double(kBytes) * kReps / (double(ms) / 1e3);
+}
+
+double launch_overhead(int n) {
+  constexpr int kReps = 200;
+  cudaStream_t st = nullptr;
+  check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+  check(empty_kernels(n, st), "empty kernels");
+  check(cudaStreamEndCapture(st, &g), "capture");
+  check(cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  check(cudaGraphLaunch(exec, st), "graph launch");  // warm-up
+  check(cudaEventRecord(e0, st), "event");
+  for (int i = 0; i < kReps; ++i) check(cudaGraphLaunch(exec, st), "graph launch");
+  check(cudaEventRecord(e1, st), "event");
+  check(cudaEventSynchronize(e1), "event");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "event");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+  return double(ms) / 1e3 / kReps;
 }
 
 size_t device_memory_used() {

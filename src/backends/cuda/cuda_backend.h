@@ -1,9 +1,10 @@
 // The CUDA backend: the decode step (T = 1) as ~265 kernels captured once into
 // a CUDA graph per sequence and replayed per token. Per-step scalars (token,
-// position, step) live in device memory; the arg-max kernel writes the next
-// token into the next step's input, so greedy generation needs no host
-// round trip. Prefill runs the same step token by token (prefill kernels are a
-// later issue).
+// position, step) live in device memory; the step ends with the token choice
+// (arg-max, or the sampler with its parameters and token counts on the
+// device), which writes the next token into the next step's input, so
+// generation needs no host round trip but the streamed copy of each id.
+// Prefill runs the same step token by token (prefill kernels are a later issue).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,8 +24,12 @@ class CudaSequence : public Sequence {
   std::vector<float*> S, conv;      // per layer (GDN only)
   int* ints = nullptr;              // [pos, token, step]
   int* out = nullptr;               // ring of chosen ids
-  cudaGraphExec_t graph = nullptr;  // captured step, valid for `splits`
+  int* counts = nullptr;            // sampler: [vocab] token counts of the history
+  SampleRules* rules = nullptr;     // sampler parameters
+  bool sampled = false;             // the step chooses with the sampler, not arg-max
+  cudaGraphExec_t graph = nullptr;  // captured step, valid for `splits` and `sampled`
   int splits = 0;
+  int kernels = 0;                  // nodes of the captured step
   friend class CudaBackend;
 };
 
@@ -40,8 +45,17 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cuda"; }
 
-  // Greedy decoding of n tokens after `first`, all on the device.
+  // Streams with the choice on the device, one step ahead of the caller.
+  void generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
+                const SamplingParams& p, int max_tokens,
+                const std::function<bool(int32_t)>& on_token) override;
+  // Greedy decoding of n tokens after `first`.
   std::vector<int32_t> generate_greedy(Sequence& seq, int32_t first, int n);
+  // How later steps choose their token: arg-max when p is greedy, else the
+  // sampler with p and the counts of `history` (tokens fed so far).
+  void set_sampling(Sequence& seq, const SamplingParams& p, std::span<const int32_t> history);
+  // Kernels in the step (captured on demand).
+  int step_kernels(Sequence& seq);
   // For tern bench: makes room for n positions, fills the KV cache and state
   // with random values and sets the length (no real prefill).
   void fill_synthetic(Sequence& seq, int64_t length, uint64_t seed);
@@ -56,6 +70,7 @@ class CudaBackend : public Backend {
  private:
   void init();
   void enqueue_step(CudaSequence& s);
+  void ensure_graph(CudaSequence& s);
   void run_step(CudaSequence& s);
   float* buf(size_t n);
 
@@ -66,6 +81,9 @@ class CudaBackend : public Backend {
       *logits_, *amax_;
   int* ids_;
   unsigned* counters_;  // [router, argmax]
+  void* sample_scratch_;
+  int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
+  cudaEvent_t id_ready_[2] = {};
 };
 
 }  // namespace tern::cuda
@@ -75,4 +93,6 @@ namespace tern::cuda {
 double copy_bandwidth();
 // Device memory in use (bytes), all processes.
 size_t device_memory_used();
+// Seconds per replay of a graph of n empty kernels chained as the step's are.
+double launch_overhead(int n);
 }  // namespace tern::cuda

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "engine/sampling_rules.h"
+
 namespace tern::cuda {
 
 constexpr int kGroup = 64;     // quantisation group (checked at load)
@@ -159,6 +161,31 @@ struct ArgmaxArgs {
   int* pos = nullptr;
 };
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st);
+
+// The sampler's token choice (twin: sample_token in engine/sampler.h), a few
+// launches that replace argmax_advance in the captured step: penalties from
+// counts[] (the chosen token's count is incremented), temperature, top-k and
+// top-p thresholds by radix select on the keys of z, min-p, and the seeded
+// draw for step *step; then the same hand-off as argmax_advance. `rules` and
+// `counts` live on the device, so a captured graph serves any parameters.
+struct SampleArgs {
+  const float* logits = nullptr;
+  int n = 0;
+  const SampleRules* rules = nullptr;
+  int* counts = nullptr;  // [n]
+  void* scratch = nullptr;  // sample_scratch_bytes(n), zero before the first call
+  int* token = nullptr;
+  int* out = nullptr;
+  int out_mask = 0;
+  int* step = nullptr;
+  int* pos = nullptr;
+};
+size_t sample_scratch_bytes(int n);
+cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st);
+
+// n empty kernels chained with programmatic dependent launch, as the decode
+// step chains its kernels: tern bench times a graph of them (launch overhead).
+cudaError_t empty_kernels(int n, cudaStream_t st);
 
 // Random fills for --dummy weights and synthetic contexts (hash of seed and index).
 cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st);
