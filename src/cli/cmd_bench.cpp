@@ -49,18 +49,6 @@ struct BenchOptions {
   return v;
 }
 
-// The sampler settings that --sample times.
-[[maybe_unused]] SamplingParams bench_sampling(uint64_t seed) {
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_k = 40;
-  p.top_p = 0.95f;
-  p.min_p = 0.05f;
-  p.repetition_penalty = 1.1f;
-  p.seed = seed;
-  return p;
-}
-
 [[maybe_unused]] double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -132,7 +120,7 @@ int run_bench(const BenchOptions& o) {
   auto seq = be->new_sequence();
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
   be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
-  const SamplingParams sampling = o.sample ? bench_sampling(o.seed) : SamplingParams{};
+  const SamplingParams sampling = o.sample ? chat_sampling(o.seed) : SamplingParams{};
   be->set_sampling(*seq, sampling, {});
   const std::string choice =
       o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"

@@ -17,6 +17,17 @@ void validate(const SamplingParams& p) {
     fail("repetition_penalty must be > 0, got {}", p.repetition_penalty);
 }
 
+SamplingParams chat_sampling(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.1f;
+  p.seed = seed;
+  return p;
+}
+
 SampleRules sample_rules(const SamplingParams& p) {
   validate(p);
   const double one = double(sampling::kMassOne);

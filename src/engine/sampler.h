@@ -30,6 +30,10 @@ struct SamplingParams {
 };
 
 void validate(const SamplingParams& p);
+
+// Typical chat settings (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
+// repetition penalty 1.1): what `tern bench --sample` times; the tests use them too.
+SamplingParams chat_sampling(uint64_t seed);
 SampleRules sample_rules(const SamplingParams& p);
 
 // First index of the largest logit.

@@ -56,7 +56,6 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-
 // The chat template source of a checkpoint folder: tokenizer_config.json's
 // chat_template, else chat_template.jinja, else "".
 std::string read_chat_template_source(const std::string& dir);

@@ -5,12 +5,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "model/dummy.h"
 #include "model/quant.h"
+#include "model/weights.h"
 
 namespace tern::test {
 
@@ -83,6 +86,19 @@ inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) 
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
   return m;
+}
+
+// The tiny dummy checkpoint (seed 11) of the end-to-end GPU tests, written
+// afresh and loaded 4-bit.
+inline std::shared_ptr<const ModelWeights> tiny_dummy_weights() {
+  const auto dir = std::filesystem::temp_directory_path() / "tern_cuda_tiny";
+  std::filesystem::remove_all(dir);
+  DummyOptions o;
+  o.preset = "tiny";
+  o.seed = 11;
+  o.out_dir = dir.string();
+  make_dummy(o);
+  return load_model(dir.string(), WeightMode::q4);
 }
 
 }  // namespace tern::test

@@ -50,14 +50,7 @@ TEST(CudaBackend, GoldenHfQuantisedAtLoad) {
 
 TEST(CudaBackend, Greedy256EqualsCpu) {
   TERN_REQUIRE_GPU();
-  const auto dir = std::filesystem::temp_directory_path() / "tern_cuda_greedy_tiny";
-  std::filesystem::remove_all(dir);
-  DummyOptions o;
-  o.preset = "tiny";
-  o.seed = 11;
-  o.out_dir = dir.string();
-  make_dummy(o);
-  auto w = load_model(dir.string(), WeightMode::q4);
+  auto w = tiny_dummy_weights();
   CpuBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
@@ -79,7 +72,6 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
   const auto rest = gpu.generate_greedy(*s, got[0], kN - 1);
   got.insert(got.end(), rest.begin(), rest.end());
   EXPECT_EQ(got, want);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -136,17 +136,6 @@ TEST(CudaSampler, GraphReplaysFollowTheCpuSampler) {
   cudaStreamDestroy(st);
 }
 
-SamplingParams chat_sampling(uint64_t seed) {
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_k = 40;
-  p.top_p = 0.95f;
-  p.min_p = 0.05f;
-  p.repetition_penalty = 1.1f;
-  p.seed = seed;
-  return p;
-}
-
 std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<int32_t>& history,
                                   const SamplingParams& p, int max_tokens, int stop_after) {
   std::vector<int32_t> ids;
@@ -162,13 +151,7 @@ std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<in
 // (stopped by the callback, so the run-ahead fed the last token) continues alike.
 TEST(CudaBackend, SampledGenerationEqualsCpu) {
   TERN_REQUIRE_GPU();
-  const auto dir = std::filesystem::temp_directory_path() / "tern_cuda_sampled_tiny";
-  DummyOptions o;
-  o.preset = "tiny";
-  o.seed = 11;
-  o.out_dir = dir.string();
-  make_dummy(o);
-  auto w = load_model(dir.string(), WeightMode::q4);
+  auto w = tiny_dummy_weights();
   CpuBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
@@ -187,7 +170,6 @@ TEST(CudaBackend, SampledGenerationEqualsCpu) {
     return ids;
   };
   EXPECT_EQ(run(gpu), run(cpu));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,23 @@ namespace {
 constexpr int kMaxSplits = 128;
 constexpr int kInitialCapacity = 4096;
 enum Slot { kPos = 0, kToken = 1, kStep = 2 };
+
+// Seconds the work enqueued by enqueue() takes on stream st (CUDA events).
+template <typename F>
+double event_seconds(cudaStream_t st, F&& enqueue) {
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  check(cudaEventRecord(e0, st), "event");
+  enqueue();
+  check(cudaEventRecord(e1, st), "event");
+  check(cudaEventSynchronize(e1), "event");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "event");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return double(ms) / 1e3;
+}
 }  // namespace
 
 CudaSequence::~CudaSequence() {
@@ -175,8 +192,8 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   check(gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st),
         "lm_head");
   if (s.sampled) {
-    SampleArgs sa{logits_, c.vocab,      s.rules,        s.counts, sample_scratch_, s.ints + kToken,
-                  s.out,   kOutRing - 1, s.ints + kStep, pos};
+    SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,
+                  s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
     check(sample_advance(sa, st), "sampler");
   } else {
     ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
@@ -340,18 +357,9 @@ double CudaBackend::time_steps(Sequence& seq, int n) {
   run_step(s);  // capture outside the timed region
   s.length_ -= 1;
   set_length(s, s.length());
-  cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
-  check(cudaEventRecord(e0, stream_), "event");
-  for (int i = 0; i < n; ++i) run_step(s);
-  check(cudaEventRecord(e1, stream_), "event");
-  check(cudaEventSynchronize(e1), "event");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, e0, e1), "event");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return double(ms) / 1e3;
+  return event_seconds(stream_, [&] {
+    for (int i = 0; i < n; ++i) run_step(s);
+  });
 }
 
 }  // namespace tern::cuda
@@ -364,22 +372,14 @@ double copy_bandwidth() {
   void *a = nullptr, *b = nullptr;
   check(cudaMalloc(&a, kBytes), "copy buffers");
   check(cudaMalloc(&b, kBytes), "copy buffers");
-  cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
   check(cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");  // warm-up
-  check(cudaEventRecord(e0), "event");
-  for (int i = 0; i < kReps; ++i)
-    check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");
-  check(cudaEventRecord(e1), "event");
-  check(cudaEventSynchronize(e1), "event");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, e0, e1), "event");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double secs = event_seconds(nullptr, [&] {
+    for (int i = 0; i < kReps; ++i)
+      check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy");
+  });
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * double(kBytes) * kReps / (double(ms) / 1e3);
+  return 2.0 * double(kBytes) * kReps / secs;
 }
 
 double launch_overhead(int n) {
@@ -392,22 +392,14 @@ double launch_overhead(int n) {
   check(empty_kernels(n, st), "empty kernels");
   check(cudaStreamEndCapture(st, &g), "capture");
   check(cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
-  cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
   check(cudaGraphLaunch(exec, st), "graph launch");  // warm-up
-  check(cudaEventRecord(e0, st), "event");
-  for (int i = 0; i < kReps; ++i) check(cudaGraphLaunch(exec, st), "graph launch");
-  check(cudaEventRecord(e1, st), "event");
-  check(cudaEventSynchronize(e1), "event");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, e0, e1), "event");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double secs = event_seconds(st, [&] {
+    for (int i = 0; i < kReps; ++i) check(cudaGraphLaunch(exec, st), "graph launch");
+  });
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(g);
   cudaStreamDestroy(st);
-  return double(ms) / 1e3 / kReps;
+  return secs / kReps;
 }
 
 size_t device_memory_used() {

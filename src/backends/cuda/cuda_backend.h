@@ -29,7 +29,7 @@ class CudaSequence : public Sequence {
   bool sampled = false;             // the step chooses with the sampler, not arg-max
   cudaGraphExec_t graph = nullptr;  // captured step, valid for `splits` and `sampled`
   int splits = 0;
-  int kernels = 0;                  // nodes of the captured step
+  int kernels = 0;  // nodes of the captured step
   friend class CudaBackend;
 };
 

@@ -172,7 +172,7 @@ struct SampleArgs {
   const float* logits = nullptr;
   int n = 0;
   const SampleRules* rules = nullptr;
-  int* counts = nullptr;  // [n]
+  int* counts = nullptr;    // [n]
   void* scratch = nullptr;  // sample_scratch_bytes(n), zero before the first call
   int* token = nullptr;
   int* out = nullptr;
