@@ -39,6 +39,32 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
   return warp_sum(v);
 }
 
+// Is this block the last of the grid to get here? Call after the block's
+// global writes; the last block then sees every block's. The counter resets
+// itself, so a captured graph can replay.
+__device__ inline bool last_block(unsigned* counter) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  __threadfence();
+  return last;
+}
+
+// The step's token choice handed to the next step (arg-max and sampler alike):
+// its input token, the output ring, and the step and position counters.
+template <typename Args>
+__device__ void hand_off(const Args& a, int token) {
+  *a.token = token;
+  a.out[*a.step & a.out_mask] = token;
+  *a.step += 1;
+  *a.pos += 1;
+}
+
 // Programmatic dependent launch (KERNELS.md §7.3): every decode kernel lets the
 // next one start at once (pdl_launch_dependents) and waits for the previous
 // one's results (pdl_wait) only after issuing what does not depend on them,

@@ -259,15 +259,14 @@ void CudaBackend::set_sampling(Sequence& seq, const SamplingParams& p,
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const int V = w_->cfg.vocab;
   const SampleRules rules = sample_rules(p);
-  std::vector<int32_t> counts(size_t(V), 0);
-  for (int32_t t : history) {
+  for (int32_t t : history)
     if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
-    counts[size_t(t)]++;
-  }
   if (s.sampled != !p.greedy() && s.graph != nullptr)
     cudaGraphExecDestroy(s.graph), s.graph = nullptr;
   s.sampled = !p.greedy();
   if (!s.sampled) return;
+  std::vector<int32_t> counts(size_t(V), 0);
+  for (int32_t t : history) counts[size_t(t)]++;
   if (s.counts == nullptr) {
     check(cudaMalloc(&s.counts, size_t(V) * sizeof(int)), "token counts");
     check(cudaMalloc(&s.rules, sizeof(SampleRules)), "sampling rules");

@@ -76,14 +76,15 @@ struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true;
   static constexpr int kAlign = 1;
-  __device__ int tiles() const { return (a.W.rows + 15) / 16; }
-  __device__ int rounds() const { return a.W.cols / tile::kRound; }
+  __host__ __device__ int tiles() const { return (a.W.rows + 15) / 16; }
+  __host__ __device__ int rounds() const { return a.W.cols / tile::kRound; }
+  __host__ __device__ int cols() const { return a.W.cols; }
   __device__ tile::Load load(int t, int round) const {
     const int row = t * 16 + int((threadIdx.x & 31) >> 2), last = a.W.rows - 1;
     return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
-    return tile::stage(a.x, a.W.cols, a.norm, a.eps, nullptr, 0, sm, red);
+    return tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red);
   }
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x), row = b0 * 16 + i;
@@ -110,12 +111,9 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
-  const int rounds = a.W.cols / tile::kRound;
-  if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && rounds <= 2 * tile::kWarps) {
-    const int tiles = (a.W.rows + 15) / 16;
-    if (rounds <= tile::kWarps) return tile::launch<1, 3>(DenseJob{a}, tiles, a.W.cols, st);
-    return tile::launch<2, 1>(DenseJob{a}, tiles, a.W.cols, st);
-  }
+  const DenseJob job{a};
+  if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && job.rounds() <= 2 * tile::kWarps)
+    return job.rounds() <= tile::kWarps ? tile::launch<1, 3>(job, st) : tile::launch<2, 1>(job, st);
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);
   return cudaErrorInvalidValue;

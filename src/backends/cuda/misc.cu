@@ -3,6 +3,7 @@
 // random fills behind --dummy weights and synthetic contexts.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "core/rng.h"
 
 namespace tern::cuda {
 
@@ -33,7 +34,6 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
   pdl_wait();
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
-  __shared__ bool last;
   float v = -INFINITY;
   int bi = INT32_MAX;
   for (int i = blockIdx.x * kThreads + threadIdx.x; i < a.n; i += gridDim.x * kThreads)
@@ -55,12 +55,8 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
   if (threadIdx.x == 0) {
     a.scratch[2 * blockIdx.x] = v;
     a.scratch[2 * blockIdx.x + 1] = __int_as_float(bi);
-    __threadfence();
-    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block(a.counter)) return;
   v = -INFINITY, bi = INT32_MAX;
   for (int b = threadIdx.x; b < int(gridDim.x); b += kThreads) {
     const float v2 = __ldcg(a.scratch + 2 * b);
@@ -68,30 +64,17 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
     if (better(v, bi, v2, i2)) v = v2, bi = i2;
   }
   reduce();
-  if (threadIdx.x == 0) {
-    *a.counter = 0;
-    *a.token = bi;
-    a.out[*a.step & a.out_mask] = bi;
-    *a.step += 1;
-    *a.pos += 1;
-  }
-}
-
-__device__ __forceinline__ uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  if (threadIdx.x == 0) hand_off(a, bi);
 }
 
 __device__ __forceinline__ float unit(uint64_t seed, size_t i) {
-  return float(mix(seed ^ mix(i)) >> 40) * (1.0f / 16777216.0f);
+  return float(splitmix64(seed ^ splitmix64(i)) >> 40) * (1.0f / 16777216.0f);
 }
 
 __global__ void fill_u32_kernel(uint32_t* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
-    p[i] = uint32_t(mix(seed ^ mix(i)));
+    p[i] = uint32_t(splitmix64(seed ^ splitmix64(i)));
 }
 
 __global__ void fill_bf16_kernel(uint16_t* p, size_t n, float lo, float hi, uint64_t seed) {

@@ -10,19 +10,11 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// Is this block the last of the grid to get here? (Self-resetting counter, so a
-// captured graph can replay.) Call after the block's global writes.
-__device__ bool last_block(unsigned* counter) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    if (last) *counter = 0;
-  }
-  __syncthreads();
-  __threadfence();
-  return last;
+// The expert of a slot: the router's choices, then the shared expert (stored
+// as expert n_experts).
+template <typename Args>
+__device__ __forceinline__ int slot_expert(const Args& a, int slot) {
+  return slot < a.top_k ? a.ids[slot] : a.n_experts;
 }
 
 // Warp-wide arg max; ties go to the lower index. Every lane gets the result.
@@ -88,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
   const int K = a.gate_up.cols, NC = K / C::kCodes, I = a.inter;
   const StagedX xs = stage_x<4>(a.a, K, nullptr, 0.0f, reinterpret_cast<float*>(sm4));
   const int slot = blockIdx.y;
-  const size_t e = slot < a.top_k ? size_t(a.ids[slot]) : size_t(a.n_experts);
+  const size_t e = size_t(slot_expert(a, slot));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lpr = lanes_per_row(NC), rpw = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
   const int f = (blockIdx.x * kWarps + warp) * rpw + sub;
@@ -120,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
   float part[kSlots];
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
-    const size_t e = s < a.top_k ? size_t(a.ids[min(s, a.top_k - 1)]) : size_t(a.n_experts);
+    const size_t e = size_t(slot_expert(a, s));
     rows[s] = e * D + d;
     xoff[s] = s * NCs;
     part[s] = 0.0f;
@@ -142,18 +134,18 @@ struct UpJob {
   ExpertsUpArgs a;
   static constexpr bool kEarly = false;
   static constexpr int kAlign = 2;
-  __device__ int per_slot() const { return 2 * a.inter / 16; }
-  __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
-  __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
-  __device__ int expert(int slot) const { return slot < a.top_k ? a.ids[slot] : a.n_experts; }
+  __host__ __device__ int per_slot() const { return 2 * a.inter / 16; }
+  __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
+  __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
+  __host__ __device__ int cols() const { return a.gate_up.cols; }
   __device__ tile::Load load(int t, int round) const {
     const int slot = t / per_slot(), p = t % per_slot(), g = int((threadIdx.x & 31) >> 2);
     const uint32_t row =
-        uint32_t(expert(slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
+        uint32_t(slot_expert(a, slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
     return tile::load(a.gate_up, row, row + 8, round);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
-    return tile::stage(a.a, a.gate_up.cols, nullptr, 0.0f, nullptr, 0, sm, red);
+    return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
   // Batches are one gate/up tile pair.
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
@@ -171,19 +163,18 @@ struct DownJob {
   ExpertsDownArgs a;
   static constexpr bool kEarly = false;
   static constexpr int kAlign = 1;
-  __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
-  __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
-  __device__ int tiles() const { return hidden() / 16; }
-  __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
+  __host__ __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
+  __host__ __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
+  __host__ __device__ int tiles() const { return hidden() / 16; }
+  __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
+  __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
   __device__ tile::Load load(int t, int round) const {
     const int slot = round / slot_rounds(), g = int((threadIdx.x & 31) >> 2);
-    const int e = slot < a.top_k ? a.ids[slot] : a.n_experts;
-    const uint32_t row = uint32_t(e * hidden() + t * 16 + g);
+    const uint32_t row = uint32_t(slot_expert(a, slot) * hidden() + t * 16 + g);
     return tile::load(a.down, row, row + 8, round % slot_rounds());
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
-    const int I = a.down.cols;
-    return tile::stage(a.act, I * (a.top_k + 1), nullptr, 0.0f, a.wts, I, sm, red);
+    return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
   }
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x);
@@ -208,9 +199,9 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
 
 cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
   if (a.gate_up.bits != 4) return cudaErrorInvalidValue;
-  const int K = a.gate_up.cols;
-  if (K % tile::kRound == 0 && K <= tile::kWarps * tile::kRound && a.inter % 16 == 0)
-    return tile::launch<1, 2>(UpJob{a}, (a.top_k + 1) * 2 * a.inter / 16, K, st);
+  const UpJob job{a};
+  if (job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && a.inter % 16 == 0)
+    return tile::launch<1, 2>(job, st);
   const int rpb = rows_per_block(a.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((a.inter + rpb - 1) / rpb, a.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(a.gate_up.cols), st, a);
@@ -219,8 +210,9 @@ cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1), I = a.down.cols;
-  if (I % tile::kRound == 0 && D % 16 == 0 && (a.top_k + 1) * I <= 3 * tile::kWarps * tile::kRound)
-    return tile::launch<3, 1>(DownJob{a}, D / 16, I * (a.top_k + 1), st);
+  const DownJob job{a};
+  if (I % tile::kRound == 0 && D % 16 == 0 && job.rounds() <= 3 * tile::kWarps)
+    return tile::launch<3, 1>(job, st);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);

@@ -64,18 +64,6 @@ __device__ __forceinline__ Chunk chunk(int block, int n) {
   return {lo, min(n, lo + c)};
 }
 
-// True in the last block of the launch to get here (it then sees every
-// block's writes).
-__device__ bool last_block(unsigned* counter) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // Inclusive prefix sum in thread order; *total gets the block's sum.
 __device__ u64 block_scan(u64 v, u64* total) {
   __shared__ u64 warp_total[kThreads / 32];
@@ -118,12 +106,9 @@ __device__ void block_best(uint32_t& k, int& i) {
     if (better(k, i, sk[w], si[w])) k = sk[w], i = si[w];
 }
 
-// The choice handed to the next step, as argmax_advance does.
-__device__ void hand_off(const SampleArgs& a, int token) {
-  *a.token = token;
-  a.out[*a.step & a.out_mask] = token;
-  *a.step += 1;
-  *a.pos += 1;
+// The choice handed to the next step; the penalties count it from then on.
+__device__ void choose(const SampleArgs& a, int token) {
+  hand_off(a, token);
   a.counts[token] += 1;
 }
 
@@ -152,10 +137,9 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(SampleArgs a) {
   }
   block_best(bk, bi);
   if (threadIdx.x != 0) return;
-  S.counter = 0;
   S.sampling = r.temperature > 0.0f;
   if (!S.sampling) {
-    hand_off(a, bi);
+    choose(a, bi);
     return;
   }
   S.z_max = key_value(bk);
@@ -248,7 +232,6 @@ __global__ void __launch_bounds__(kThreads) radix_kernel(SampleArgs a) {
       S.hist, kLevel == 0 ? 0 : S.above,
       [&](u64 cum) { return kMass ? reaches(cum, goal, r.top_p) : cum >= goal; }, bin, bin_above);
   if (threadIdx.x != 0) return;
-  S.counter = 0;
   if (!found) {  // min-p left less than top_p of the mass: no top-p cut
     S.use_top_p = 0;
     return;
@@ -306,8 +289,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(SampleArgs a) {
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  S.counter = 0;
-  hand_off(a, s_token);
+  choose(a, s_token);
 }
 
 __global__ void empty_kernel() {

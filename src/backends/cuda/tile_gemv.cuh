@@ -9,7 +9,8 @@
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
-//   int tiles() const; int rounds() const;
+//   int tiles() const; int rounds() const; int cols() const;  // host and device;
+//                                      cols: the staged activation's length
 //   tile::Load load(int tile, int round) const;
 //   tile::Staged stage(float* smem, float** red) const;
 //   void finish(int b0, int t1, const tile::Sums& s) const;  // all threads call it
@@ -92,15 +93,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
 
 // Launches one block per SM (fewer when there are fewer tile groups).
 template <int RPW, int TB, typename Job>
-cudaError_t launch(const Job& job, int tiles, int K, cudaStream_t st) {
+cudaError_t launch(const Job& job, cudaStream_t st) {
   static const int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }();
-  const size_t smem = stage_bytes(K, 2 * kWarps * TB * 16);
-  const int blocks = std::max(1, std::min(tiles / Job::kAlign, sms));
+  if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
+  const size_t smem = stage_bytes(job.cols(), 2 * kWarps * TB * 16);
+  const int blocks = std::max(1, std::min(job.tiles() / Job::kAlign, sms));
   return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks), dim3(kThreads), smem, st, job);
 }
 

@@ -67,8 +67,8 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Stages x ([K], a multiple of 64), optionally multiplied by norm[]; `scale`
-// (when given) multiplies column k by scale[k / per_scale]. RMSNorm is a
+// Stages x ([K], a multiple of 64), optionally multiplied by norm[]; `weight`
+// (when given) multiplies column k by weight[k / per_weight]. RMSNorm is a
 // scalar per token, so it is not applied here: its factor, from the sum of
 // squares gathered in the same pass, comes back as Staged::scale for the
 // finished dot products, which saves a pass over x and two barriers. Each
@@ -76,7 +76,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
 // high parts and one of low parts. Returns the staged view and the `red`
 // floats after it. Ends with a block barrier.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
-                               const float* scale, int per_scale, float* sm, float** red) {
+                               const float* weight, int per_weight, float* sm, float** red) {
   uint4* hi = reinterpret_cast<uint4*>(sm);
   uint4* lo = hi + K / 8;
   float* wsum = sm + K;       // per word: sum of the staged values
@@ -95,8 +95,8 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
       p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
       q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
     }
-    if (scale != nullptr) {
-      const float m = scale[8 * v / per_scale];
+    if (weight != nullptr) {
+      const float m = weight[8 * v / per_weight];
       p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
       q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
     }
