@@ -55,6 +55,30 @@ __device__ inline bool last_block(unsigned* counter) {
   return last;
 }
 
+// Waits until every block of the grid has got here (bar: [arrivals,
+// generation], zero before first use; the arrivals reset themselves). Only
+// for grids whose blocks are all resident at once (at most one block per SM)
+// and that let their dependents launch only after it: an early dependent
+// block could otherwise hold the slot a missing block needs.
+__device__ inline void grid_barrier(unsigned* bar) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = bar + 1;
+    const unsigned g = *gen;  // read before arriving: it cannot move until all have
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      bar[0] = 0;
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*gen == g) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
 // The step's token choice handed to the next step (arg-max and sampler alike):
 // its input token, the output ring, and the step and position counters.
 template <typename Args>

@@ -80,13 +80,13 @@ void CudaBackend::init() {
   q_ = buf(size_t(c.n_heads) * kHeadDim);
   part_ = buf(size_t(c.n_heads) * kMaxSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
-  rlogits_ = buf(size_t(c.n_experts + 1));
+  rlogits_ = buf(size_t(c.n_experts + 1) * std::max(1, c.hidden / kRouterPart));
   wts_ = buf(kMaxTopK + 1);
   act_ = buf(size_t(kMaxTopK + 1) * c.moe_inter);
   logits_ = buf(size_t(c.vocab));
   amax_ = buf(2 * 1024);
   ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
-  counters_ = reinterpret_cast<unsigned*>(buf(2));
+  counters_ = reinterpret_cast<unsigned*>(buf(3));
   sample_scratch_ = buf((sample_scratch_bytes(c.vocab) + 3) / 4);
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
   for (cudaEvent_t& e : id_ready_)
@@ -182,10 +182,9 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     }
     RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
                  rlogits_, counters_, ids_,        wts_,      c.top_k};
-    check(router(r, st), "router");
-    check(
-        experts_up(ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
-        "experts up");
+    check(route_experts_up(
+              r, ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
+          "router and experts up");
     check(experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st),
           "experts down");
   }
@@ -196,7 +195,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
     check(sample_advance(sa, st), "sampler");
   } else {
-    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
+    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 2, s.ints + kToken, s.out,
                   kOutRing - 1, s.ints + kStep, pos};
     check(argmax_advance(am, st), "argmax");
   }

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 // weights loaded before the previous kernel ends.
 struct DenseJob {
   GemvArgs a;
-  static constexpr bool kEarly = true;
+  static constexpr bool kEarly = true, kRoutes = false;
   static constexpr int kAlign = 1;
   __host__ __device__ int tiles() const { return (a.W.rows + 15) / 16; }
   __host__ __device__ int rounds() const { return a.W.cols / tile::kRound; }

@@ -16,6 +16,7 @@ constexpr int kGroup = 64;     // quantisation group (checked at load)
 constexpr int kGdnDim = 128;   // GDN key and value head width (checked at load)
 constexpr int kHeadDim = 256;  // attention head width (checked at load)
 constexpr int kMaxTopK = 8;
+constexpr int kRouterPart = 256;  // router columns per warp when routing is fused
 
 // An affine-quantised matrix on the device, MLX layout: `w` rows of cols*bits/32
 // words, `s`/`b` bf16 [rows][cols/64].
@@ -53,26 +54,24 @@ struct GemvArgs {
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
 
-// Router of one token: RMSNorm(h)*norm -> a (written), logits of the stacked
-// [router; shared_expert_gate] 8-bit matrix, softmax over the experts, top-k,
-// renormalised weights; wts[k] = sigmoid(shared gate logit). One launch (the
-// last block to finish does the selection).
+// Router of one token: RMSNorm(h)*norm, logits of the stacked [router;
+// shared_expert_gate] 8-bit matrix, softmax over the experts, top-k,
+// renormalised weights (ids, wts; wts[k] = sigmoid(shared gate logit)).
 struct RouterArgs {
   DMat W;  // rows = n_experts + 1
   const float* h = nullptr;
   const float* norm = nullptr;
   float eps = 1e-6f;
-  float* a = nullptr;           // [hidden] normalised input for the experts
-  float* logits = nullptr;      // [n_experts + 1] scratch
-  unsigned* counter = nullptr;  // zero before the first call; reset by the kernel
+  float* a = nullptr;           // [hidden] normalised input (scratch)
+  float* logits = nullptr;      // [(n_experts + 1) * max(1, hidden / kRouterPart)] scratch
+  unsigned* counter = nullptr;  // [2] zero before the first call; reset by the kernels
   int* ids = nullptr;           // [top_k]
   float* wts = nullptr;         // [top_k + 1]
   int top_k = 0;
 };
-cudaError_t router(const RouterArgs& a, cudaStream_t st);
 
 // gate+up+SwiGLU of the top_k routed experts and the shared expert (stacked as
-// expert n_experts): act[slot][f] = silu(g) * u.
+// expert n_experts): act[slot][f] = silu(g) * u, on a = RMSNorm(h)*norm.
 struct ExpertsUpArgs {
   DMat gate_up;  // rows (n_experts+1) * 2I: per expert I gate rows then I up rows
   const float* a = nullptr;
@@ -80,7 +79,12 @@ struct ExpertsUpArgs {
   float* act = nullptr;  // [(top_k+1) * I]
   int n_experts = 0, top_k = 0, inter = 0;
 };
-cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st);
+// Routes the token (r) and runs the experts' gate/up (u, whose a and ids are
+// r's). Where the tensor-core GEMV takes the shapes this is one launch: every
+// block computes a share of the router logits, a grid barrier, every block
+// picks the experts, then the GEMV; otherwise a router launch (the last block
+// picks) and a gate/up launch.
+cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st);
 
 // h[d] += sum_slot wts[slot] * down_e(act[slot])[d] over the routed and shared experts.
 struct ExpertsDownArgs {

@@ -1,6 +1,7 @@
-// MoE decode: the router (norm + 8-bit GEMV + softmax + top-k + renormalise in
-// one launch), gate/up/SwiGLU of the routed and shared experts in one launch,
-// and down + routing weights + shared gate + residual add in one launch.
+// MoE decode: the router (norm + 8-bit GEMV + softmax + top-k + renormalise)
+// and gate/up/SwiGLU of the routed and shared experts in one launch (two where
+// the tensor-core GEMV does not take the shapes), and down + routing weights +
+// shared gate + residual add in one launch.
 #include "backends/cuda/qdot.cuh"
 #include "backends/cuda/tile_gemv.cuh"
 
@@ -8,7 +9,7 @@ namespace tern::cuda {
 
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kThreads = 256, kWarps = kThreads / 32, kMaxExperts = 1024;
 
 // The expert of a slot: the router's choices, then the shared expert (stored
 // as expert n_experts).
@@ -24,6 +25,44 @@ __device__ void warp_argmax(float& v, int& i) {
     const int i2 = __shfl_xor_sync(kFull, i, o);
     if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
   }
+}
+
+// A lane's share of the expert choice: lane i < top_k holds the i-th expert
+// and its renormalised weight; every lane holds the shared expert's gate.
+struct Choice {
+  int id;
+  float w, shared_gate;
+};
+
+// One warp: softmax over the E expert logits (logit(E) is the shared expert
+// gate's), top-k by probability in k rounds of a shuffle arg max (no block
+// barriers), weights renormalised over the k.
+template <typename Logit>
+__device__ Choice choose_experts(Logit logit, int E, int top_k) {
+  const int lane = threadIdx.x & 31;
+  __shared__ float p[kMaxExperts];
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = logit(e));
+  mx = warp_max(mx);
+  float part = 0.0f;
+  for (int e = lane; e < E; e += 32) part += (p[e] = expf(p[e] - mx));
+  const float sum = warp_sum(part);
+  __syncwarp();
+  float total = 0.0f;
+  Choice c{0, 0.0f, sigmoidf(logit(E))};
+  for (int t = 0; t < top_k; ++t) {
+    float best = -1.0f;
+    int bi = E;
+    for (int e = lane; e < E; e += 32)
+      if (p[e] > best) best = p[e], bi = e;
+    warp_argmax(best, bi);
+    total += best / sum;
+    if (lane == t) c.w = best / sum, c.id = bi;
+    if (lane == bi % 32) p[bi] = -2.0f;
+    __syncwarp();
+  }
+  c.w /= total;
+  return c;
 }
 
 __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
@@ -44,32 +83,10 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
   if (!last_block(a.counter)) return;
 
-  // One warp: softmax over the experts, top-k by probability (k rounds of a
-  // shuffle arg max, no block barriers), renormalised weights.
   if (warp != 0) return;
-  __shared__ float p[1024];
-  float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = __ldcg(a.logits + e));
-  mx = warp_max(mx);
-  float part = 0.0f;
-  for (int e = lane; e < E; e += 32) part += (p[e] = expf(p[e] - mx));
-  const float sum = warp_sum(part);
-  __syncwarp();
-  float total = 0.0f, my_w = 0.0f;
-  int my_id = 0;
-  for (int t = 0; t < a.top_k; ++t) {
-    float best = -1.0f;
-    int bi = E;
-    for (int e = lane; e < E; e += 32)
-      if (p[e] > best) best = p[e], bi = e;
-    warp_argmax(best, bi);
-    total += best / sum;
-    if (lane == t) my_w = best / sum, my_id = bi;
-    if (lane == bi % 32) p[bi] = -2.0f;
-    __syncwarp();
-  }
-  if (lane < a.top_k) a.ids[lane] = my_id, a.wts[lane] = my_w / total;
-  if (lane == 0) a.wts[a.top_k] = sigmoidf(__ldcg(a.logits + E));
+  const Choice c = choose_experts([&](int e) { return __ldcg(a.logits + e); }, E, a.top_k);
+  if (lane < a.top_k) a.ids[lane] = c.id, a.wts[lane] = c.w;
+  if (lane == 0) a.wts[a.top_k] = c.shared_gate;
 }
 
 __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
@@ -128,24 +145,93 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
 
 // Tensor-core versions (tile_gemv.cuh). Gate/up: the tiles of slot s are
 // 16-row gate and up tiles alternating (gate f..f+15, up f..f+15, ...), so a
-// batch of two holds both halves of SwiGLU. Rows depend on the router's ids,
-// so loads wait for it.
+// batch of two holds both halves of SwiGLU. Rows depend on the routing, so
+// loads wait for it. With kRoutes_ the job routes the token itself (r): the
+// router's 8-bit rows are split into 256-column parts, one per warp of the
+// grid; a grid barrier; then every block's warp 0 sums the parts and picks
+// the experts into shared memory (block 0 also writes them out for down).
+template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
-  static constexpr bool kEarly = false;
+  RouterArgs r;  // only when routing
+  static constexpr bool kEarly = false, kRoutes = kRoutes_;
   static constexpr int kAlign = 2;
   __host__ __device__ int per_slot() const { return 2 * a.inter / 16; }
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
+  __host__ __device__ int parts() const { return r.W.rows * (r.W.cols / kRouterPart); }
+  static __device__ int* routed() {
+    __shared__ int ids[kMaxTopK];
+    return ids;
+  }
+  __device__ int expert(int slot) const {
+    if constexpr (kRoutes) return slot < a.top_k ? routed()[slot] : a.n_experts;
+    return slot_expert(a, slot);
+  }
   __device__ tile::Load load(int t, int round) const {
     const int slot = t / per_slot(), p = t % per_slot(), g = int((threadIdx.x & 31) >> 2);
     const uint32_t row =
-        uint32_t(slot_expert(a, slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
+        uint32_t(expert(slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
     return tile::load(a.gate_up, row, row + 8, round);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
+    if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
+  }
+  // This warp's router part: row, and 8 columns per lane.
+  __device__ int part_offset(int* row) const {
+    const int task = int(blockIdx.x) * tile::kWarps + int(threadIdx.x >> 5),
+              per = cols() / kRouterPart;
+    *row = task / per;
+    return (task % per) * kRouterPart + int(threadIdx.x & 31) * 8;
+  }
+  __device__ void prefetch() const {
+    int row = 0;
+    const int col = part_offset(&row);
+    if (row < r.W.rows)
+      prefetch_l2(reinterpret_cast<const uint8_t*>(r.W.w) + size_t(row) * cols() + col);
+  }
+  __device__ void route(const tile::Staged& xs) const {
+    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = cols() / kRouterPart;
+    int row = 0;
+    const int col = part_offset(&row);
+    if (row < r.W.rows) {
+      const uint2 q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
+                                                      size_t(row) * cols() + col);
+      const size_t grp = size_t(row) * (cols() / kGroup) + col / kGroup;
+      const float4* h4 = reinterpret_cast<const float4*>(r.h + col);
+      const float4* n4 = reinterpret_cast<const float4*>(r.norm + col);
+      float qx = 0.0f, sx = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float4 h = h4[i], n = n4[i];
+        const float x[4] = {h.x * n.x, h.y * n.y, h.z * n.z, h.w * n.w};
+        const uint32_t w = i == 0 ? q.x : q.y;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
+      }
+      const float s = __uint_as_float(uint32_t(r.W.s[grp]) << 16),
+                  b = __uint_as_float(uint32_t(r.W.b[grp]) << 16);
+      const float v = warp_sum(s * qx + b * sx);
+      if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
+    }
+    grid_barrier(r.counter);
+    if (threadIdx.x < 32) {
+      const Choice c = choose_experts(
+          [&](int e) {
+            float v = 0.0f;
+            for (int p = 0; p < per; ++p) v += __ldcg(r.logits + size_t(e) * per + p);
+            return v * xs.scale;
+          },
+          E, a.top_k);
+      if (lane < a.top_k) routed()[lane] = c.id;
+      if (blockIdx.x == 0) {
+        if (lane < a.top_k) r.ids[lane] = c.id, r.wts[lane] = c.w;
+        if (lane == 0) r.wts[a.top_k] = c.shared_gate;
+      }
+    }
+    __syncthreads();
   }
   // Batches are one gate/up tile pair.
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
@@ -161,7 +247,7 @@ struct UpJob {
 // sums add into h.
 struct DownJob {
   ExpertsDownArgs a;
-  static constexpr bool kEarly = false;
+  static constexpr bool kEarly = false, kRoutes = false;
   static constexpr int kAlign = 1;
   __host__ __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
   __host__ __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
@@ -188,23 +274,30 @@ int rows_per_block(int chunks) {
   return kWarps * (32 / l);
 }
 
-}  // namespace
-
 cudaError_t router(const RouterArgs& a, cudaStream_t st) {
-  if (a.W.bits != 8 || a.W.rows - 1 > 1024 || a.top_k > kMaxTopK) return cudaErrorInvalidValue;
+  if (a.W.bits != 8 || a.W.rows - 1 > kMaxExperts || a.top_k > kMaxTopK)
+    return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.W.cols / Chunk<8>::kCodes);
   return launch_pdl(router_kernel, dim3((a.W.rows + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<8>(a.W.cols), st, a);
 }
 
-cudaError_t experts_up(const ExpertsUpArgs& a, cudaStream_t st) {
-  if (a.gate_up.bits != 4) return cudaErrorInvalidValue;
-  const UpJob job{a};
-  if (job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && a.inter % 16 == 0)
+}  // namespace
+
+cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st) {
+  if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
+  const UpJob<true> job{u, r};
+  const bool tiled =
+      job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && u.inter % 16 == 0;
+  if (tiled && r.W.bits == 8 && r.W.cols == job.cols() && job.cols() % kRouterPart == 0 &&
+      r.W.rows - 1 <= kMaxExperts && r.top_k <= kMaxTopK &&
+      job.parts() <= tile::blocks(job) * tile::kWarps)
     return tile::launch<1, 2>(job, st);
-  const int rpb = rows_per_block(a.gate_up.cols / Chunk<4>::kCodes);
-  dim3 grid((a.inter + rpb - 1) / rpb, a.top_k + 1);
-  return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(a.gate_up.cols), st, a);
+  if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
+  if (tiled) return tile::launch<1, 2>(UpJob<false>{u, {}}, st);
+  const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
+  dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
+  return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);
 }
 
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {

@@ -8,6 +8,10 @@
 //
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
+//   static constexpr bool kRoutes; // picks its rows itself: calls
+//                                  // prefetch() before the PDL wait and
+//                                  // route(staged) after staging, which holds
+//                                  // a grid barrier (so dependents launch after it)
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
@@ -39,7 +43,7 @@ struct Sums {
 template <int RPW, int TB, typename Job>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   extern __shared__ float4 sm4[];
-  pdl_launch_dependents();
+  if constexpr (!Job::kRoutes) pdl_launch_dependents();
   const int tiles = job.tiles(), rounds = job.rounds();
   const int units = tiles / Job::kAlign;
   const int t0 = int(blockIdx.x * unsigned(units) / gridDim.x) * Job::kAlign;
@@ -55,10 +59,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   };
   Batch ld0, ld1;
   if constexpr (Job::kEarly) issue(ld0, t0), issue(ld1, t0 + TB);
+  if constexpr (Job::kRoutes) job.prefetch();
   pdl_wait();
-  if constexpr (!Job::kEarly) issue(ld0, t0), issue(ld1, t0 + TB);
+  if constexpr (!Job::kEarly && !Job::kRoutes) issue(ld0, t0), issue(ld1, t0 + TB);
   float* red = nullptr;
   const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
+  if constexpr (Job::kRoutes) {
+    job.route(xs);
+    pdl_launch_dependents();
+    issue(ld0, t0), issue(ld1, t0 + TB);
+  }
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
@@ -91,18 +101,23 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   }
 }
 
-// Launches one block per SM (fewer when there are fewer tile groups).
-template <int RPW, int TB, typename Job>
-cudaError_t launch(const Job& job, cudaStream_t st) {
+// One block per SM (fewer when there are fewer tile groups).
+template <typename Job>
+int blocks(const Job& job) {
   static const int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }();
+  return std::max(1, std::min(job.tiles() / Job::kAlign, sms));
+}
+
+template <int RPW, int TB, typename Job>
+cudaError_t launch(const Job& job, cudaStream_t st) {
   if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
   const size_t smem = stage_bytes(job.cols(), 2 * kWarps * TB * 16);
-  const int blocks = std::max(1, std::min(job.tiles() / Job::kAlign, sms));
+  const int blocks = tile::blocks(job);
   return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks), dim3(kThreads), smem, st, job);
 }
 
