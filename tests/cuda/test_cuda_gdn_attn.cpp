@@ -20,8 +20,6 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
   constexpr int d = 128;
   std::mt19937 g(uint32_t(Hk * 31 + Hv));
   const int key_dim = Hk * d, C = 2 * key_dim + Hv * d;
-  const auto conv = randn(size_t(C), g), z = randn(size_t(Hv * d), g), b = randn(size_t(Hv), g),
-             a = randn(size_t(Hv), g);
   std::vector<float> a_log(static_cast<size_t>(Hv)), dt(static_cast<size_t>(Hv)),
       norm(static_cast<size_t>(d));
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -29,31 +27,40 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
     a_log[size_t(n)] = std::log(1.0f + 15.0f * u(g)), dt[size_t(n)] = 2 * u(g) - 1;
   for (float& w : norm) w = 0.9f + 0.2f * u(g);
   auto S = randn(size_t(Hv) * d * d, g, 0.1f);
-  auto dconv = to_dev(conv), dz = to_dev(z), db = to_dev(b), da = to_dev(a), dal = to_dev(a_log),
-       ddt = to_dev(dt), dnorm = to_dev(norm), dS = to_dev(S),
+  auto dal = to_dev(a_log), ddt = to_dev(dt), dnorm = to_dev(norm), dS = to_dev(S),
        dy = to_dev(std::vector<float>(size_t(Hv * d)));
-  cuda::GdnStepArgs args{dconv.get(), dz.get(), db.get(), da.get(), dal.get(), ddt.get(),
-                         dnorm.get(), 1e-6f,    dS.get(), dy.get(), Hk,        Hv};
-  ASSERT_EQ(cuda::gdn_step(args, nullptr), cudaSuccess);
+  auto dcnt = to_dev(std::vector<unsigned>(size_t(Hv)));
 
-  std::vector<float> y(size_t(Hv * d));
-  for (int n = 0; n < Hv; ++n) {
-    const int m = n / (Hv / Hk);
-    std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
-    std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
-    const float* v = &conv[size_t(2 * key_dim + n * d)];
-    cpu::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
-    cpu::l2_normalize(k.data(), d, 1.0f);
-    const float beta = cpu::sigmoid(b[size_t(n)]);
-    const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
-    std::vector<float> o(static_cast<size_t>(d));
-    cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
-                              o.data());
-    cpu::rms_norm(o.data(), norm.data(), d, 1e-6f, &y[size_t(n * d)]);
-    for (int j = 0; j < d; ++j) y[size_t(n * d + j)] *= cpu::silu(z[size_t(n * d + j)]);
+  // Two steps on fresh inputs, the state carried over: the second checks that
+  // the per-head counters reset.
+  for (int step = 0; step < 2; ++step) {
+    const auto conv = randn(size_t(C), g), z = randn(size_t(Hv * d), g), b = randn(size_t(Hv), g),
+               a = randn(size_t(Hv), g);
+    auto dconv = to_dev(conv), dz = to_dev(z), db = to_dev(b), da = to_dev(a);
+    cuda::GdnStepArgs args{dconv.get(), dz.get(),    db.get(), da.get(), dal.get(),
+                           ddt.get(),   dnorm.get(), 1e-6f,    dS.get(), dy.get(),
+                           dcnt.get(),  Hk,          Hv};
+    ASSERT_EQ(cuda::gdn_step(args, nullptr), cudaSuccess);
+
+    std::vector<float> y(size_t(Hv * d));
+    for (int n = 0; n < Hv; ++n) {
+      const int m = n / (Hv / Hk);
+      std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
+      std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
+      const float* v = &conv[size_t(2 * key_dim + n * d)];
+      cpu::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
+      cpu::l2_normalize(k.data(), d, 1.0f);
+      const float beta = cpu::sigmoid(b[size_t(n)]);
+      const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
+      std::vector<float> o(static_cast<size_t>(d));
+      cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
+                                o.data());
+      cpu::rms_norm(o.data(), norm.data(), d, 1e-6f, &y[size_t(n * d)]);
+      for (int j = 0; j < d; ++j) y[size_t(n * d + j)] *= cpu::silu(z[size_t(n * d + j)]);
+    }
+    EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), 1e-5f * max_abs(y)) << "step " << step;
+    EXPECT_LE(max_diff(to_host(dS.get(), S.size()), S), 1e-5f * max_abs(S)) << "step " << step;
   }
-  EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), 1e-5f * max_abs(y));
-  EXPECT_LE(max_diff(to_host(dS.get(), S.size()), S), 1e-5f * max_abs(S));
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, GdnStep, ::testing::Values(std::pair{2, 4}, std::pair{16, 32}));

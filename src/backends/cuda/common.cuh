@@ -39,20 +39,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
   return warp_sum(v);
 }
 
-// Is this block the last of the grid to get here? Call after the block's
-// global writes; the last block then sees every block's. The counter resets
-// itself, so a captured graph can replay.
-__device__ inline bool last_block(unsigned* counter) {
+// Is this block the last of the `arrivals` blocks counting on `counter` to get
+// here? Call after the block's global writes; the last block then sees every
+// counted block's. The counter resets itself, so a captured graph can replay.
+__device__ inline bool last_block(unsigned* counter, unsigned arrivals) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    last = atomicAdd(counter, 1u) == arrivals - 1;
     if (last) *counter = 0;
   }
   __syncthreads();
   __threadfence();
   return last;
+}
+
+// Is this block the last of the grid to get here?
+__device__ inline bool last_block(unsigned* counter) {
+  return last_block(counter, gridDim.x);
 }
 
 // Waits until every block of the grid has got here (bar: [arrivals,

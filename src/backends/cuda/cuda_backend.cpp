@@ -87,6 +87,7 @@ void CudaBackend::init() {
   amax_ = buf(2 * 1024);
   ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
   counters_ = reinterpret_cast<unsigned*>(buf(3));
+  gdn_counters_ = reinterpret_cast<unsigned*>(buf(size_t(c.lin_v_heads)));
   sample_scratch_ = buf((sample_scratch_bytes(c.vocab) + 3) / 4);
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
   for (cudaEvent_t& e : id_ready_)
@@ -164,9 +165,19 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   GemvOut::conv,
                   ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
       check(gemv(in, st), "gdn in-proj");
-      GdnStepArgs g{convout_,       proj_ + C, proj_ + C + Vd, proj_ + C + Vd + Hv,
-                    L.a_log,        L.dt_bias, L.gnorm,        c.rms_eps,
-                    s.S[size_t(i)], gdn_y_,    c.lin_k_heads,  Hv};
+      GdnStepArgs g{convout_,
+                    proj_ + C,
+                    proj_ + C + Vd,
+                    proj_ + C + Vd + Hv,
+                    L.a_log,
+                    L.dt_bias,
+                    L.gnorm,
+                    c.rms_eps,
+                    s.S[size_t(i)],
+                    gdn_y_,
+                    gdn_counters_,
+                    c.lin_k_heads,
+                    Hv};
       check(gdn_step(g, st), "gdn step");
       check(gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st), "gdn out");
     } else {

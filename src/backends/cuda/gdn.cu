@@ -1,8 +1,11 @@
-// Gated DeltaNet decode step (T = 1), one block per value head, after the
-// conv that the in-projection GEMV fused: q/k L2 norms (q also / sqrt(128)),
-// beta and the decay, the delta rule on the fp32 state and the gated RMSNorm.
-// Thread (j, quarter) keeps 32 rows of state column j in registers; both dot
-// products come from the old column in one pass (o = a*S^T q + (k.q) u).
+// Gated DeltaNet decode step (T = 1), after the conv that the in-projection GEMV
+// fused: q/k L2 norms (q also / sqrt(128)), beta and the decay, the delta rule on
+// the fp32 state and the gated RMSNorm. The state columns are independent until
+// the norm, so each value head is split over 4 blocks to fill the GPU: block
+// (head, c) owns columns c*32 .. c*32+31 and thread (lane, warp) keeps rows
+// warp*16 .. warp*16+15 of column c*32+lane in registers (a warp loads 128
+// contiguous bytes a row). Both dot products come from the old column in one
+// pass (o = a*S^T q + (k.q) u); the head's last block applies the gated norm.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -10,20 +13,29 @@ namespace tern::cuda {
 
 namespace {
 
-constexpr int kD = kGdnDim, kQuarters = 4, kRows = kD / kQuarters, kThreads = kD * kQuarters;
+constexpr int kD = kGdnDim, kSplit = 4, kCols = kD / kSplit, kGroups = 8, kRows = kD / kGroups,
+              kThreads = kCols * kGroups;
+static_assert(kCols == 32 && kThreads == 2 * kD, "one warp per row group; q and k one per thread");
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   pdl_launch_dependents();
+  const int n = blockIdx.x / kSplit, t = threadIdx.x, lane = t % kCols, grp = t / kCols;
+  const int j = blockIdx.x % kSplit * kCols + lane, r0 = grp * kRows;
+  // Only this kernel writes S (once per step graph) and the weights are
+  // constant, so their loads overlap the previous kernel's tail.
+  float* S = a.S + (size_t(n) * kD + r0) * kD + j;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
+  const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
   pdl_wait();
-  __shared__ float q[kD], k[kD], v[kD], red[32], pk[kQuarters][kD], pq[kQuarters][kD];
-  const int n = blockIdx.x, m = n / (a.v_heads / a.k_heads), t = threadIdx.x;
-  const int key_dim = a.k_heads * kD;
+
+  __shared__ float q[kD], k[kD], red[32], pk[kGroups][kCols], pq[kGroups][kCols];
+  const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
   if (t < kD)
     q[t] = a.conv[m * kD + t];
-  else if (t < 2 * kD)
+  else
     k[t - kD] = a.conv[key_dim + m * kD + t - kD];
-  else if (t < 3 * kD)
-    v[t - 2 * kD] = a.conv[2 * key_dim + n * kD + t - 2 * kD];
   __syncthreads();
   const float ssq = block_sum(t < kD ? q[t] * q[t] : 0.0f, red);
   const float ssk = block_sum(t < kD ? k[t] * k[t] : 0.0f, red);
@@ -34,42 +46,42 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   __syncthreads();
   const float kq = block_sum(t < kD ? q[t] * k[t] : 0.0f, red);
   const float beta = sigmoidf(a.beta_in[n]);
-  const float x = a.a_in[n] + a.dt_bias[n];
-  const float g = -expf(a.a_log[n]) * (x > 20.0f ? x : log1pf(expf(x)));
-  const float alpha = expf(g);
+  const float x = a.a_in[n] + dt_bias;
+  const float alpha = expf(-expf(a_log) * (x > 20.0f ? x : log1pf(expf(x))));
 
-  const int j = t % kD, qr = t / kD;
-  float* S = a.S + size_t(n) * kD * kD + size_t(qr * kRows) * kD + j;
-  float s[kRows];
   float sk = 0.0f, sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
-#pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    sk += s[i] * k[qr * kRows + i];
-    sq += s[i] * q[qr * kRows + i];
+    sk += s[i] * k[r0 + i];
+    sq += s[i] * q[r0 + i];
   }
-  pk[qr][j] = sk;
-  pq[qr][j] = sq;
+  pk[grp][lane] = sk;
+  pq[grp][lane] = sq;
   __syncthreads();
-  sk = pk[0][j] + pk[1][j] + pk[2][j] + pk[3][j];
-  sq = pq[0][j] + pq[1][j] + pq[2][j] + pq[3][j];
-  const float u = beta * (v[j] - alpha * sk);
-  const float o = alpha * sq + kq * u;
+  sk = sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[qr * kRows + i] * u;
-  // Gated RMSNorm over the head's 128 outputs.
-  const float ss = block_sum(qr == 0 ? o * o : 0.0f, red);
-  if (qr == 0) {
-    const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
-    a.y[n * kD + j] = o * inv * a.norm[j] * siluf(a.z[n * kD + j]);
+  for (int r = 0; r < kGroups; ++r) {
+    sk += pk[r][lane];
+    sq += pq[r][lane];
   }
+  const float u = beta * (a.conv[2 * key_dim + n * kD + j] - alpha * sk);
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * u;
+  float* y = a.y + n * kD;
+  if (grp == 0) y[j] = alpha * sq + kq * u;
+
+  // Gated RMSNorm over the head's 128 raw outputs, by the head's last block.
+  if (!last_block(a.counters + n, kSplit)) return;
+  const float o = t < kD ? __ldcg(y + t) : 0.0f;
+  const float ss = block_sum(o * o, red);
+  const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
+  if (t < kD) y[t] = o * inv * a.norm[t] * siluf(a.z[n * kD + t]);
 }
 
 }  // namespace
 
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st) {
-  return launch_pdl(gdn_step_kernel, dim3(a.v_heads), dim3(kThreads), 0, st, a);
+  return launch_pdl(gdn_step_kernel, dim3(a.v_heads * kSplit), dim3(kThreads), 0, st, a);
 }
 
 }  // namespace tern::cuda

@@ -110,7 +110,8 @@ struct GdnStepArgs {
   const float* norm = nullptr;  // [128] gated-norm weight
   float eps = 1e-6f;
   float* S = nullptr;
-  float* y = nullptr;  // [Hv*128]
+  float* y = nullptr;            // [Hv*128]
+  unsigned* counters = nullptr;  // [Hv], zero before the first call; the kernel resets them
   int k_heads = 0, v_heads = 0;
 };
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st);
