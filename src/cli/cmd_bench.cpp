@@ -29,6 +29,7 @@ struct BenchOptions {
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false;
+  std::vector<std::string> leave_out;
   std::string command;
 };
 
@@ -114,6 +115,7 @@ int run_bench(const BenchOptions& o) {
   } else {
     be = std::make_unique<cuda::CudaBackend>(load_model(o.model, WeightMode::q4));
   }
+  be->leave_out({o.leave_out.begin(), o.leave_out.end()});
   const ModelConfig& c = be->config();
   const std::vector<int64_t> lengths = parse_lengths(o.decode);
   const double copy_bw = cuda::copy_bandwidth();
@@ -135,6 +137,11 @@ int run_bench(const BenchOptions& o) {
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
       copy_bw / 1e9, weights / 1e6, double(cuda::device_memory_used()) / 1e9);
   std::printf("token choice: %s\n", choice.c_str());
+  std::string left_out;
+  for (const std::string& k : o.leave_out) left_out += (left_out.empty() ? "" : ",") + k;
+  if (!left_out.empty())
+    std::printf("left out of the step (timing only, the tokens are not the model's): %s\n",
+                left_out.c_str());
   std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
               "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();
@@ -175,6 +182,7 @@ int run_bench(const BenchOptions& o) {
                       {"token_choice", o.sample ? "sample" : "greedy"},
                       {"token_choice_detail", choice},
                       {"kernels_per_step", kernels},
+                      {"left_out", o.leave_out},
                       {"launch_overhead_us_per_step", launch_us},
                       {"launch_overhead_us_per_kernel", launch_us / kernels},
                       {"repeat", o.repeat},
@@ -215,6 +223,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_flag("--sample", o->sample,
                 "Time decode with the GPU sampler (temperature 0.8, top-k 40, top-p 0.95, "
                 "min-p 0.05, repetition penalty 1.1) instead of greedy");
+  cmd->add_option("--leave-out", o->leave_out,
+                  "Step kernels to leave out, comma-separated (embed, gdn_in, gdn_step, gdn_out, "
+                  "qkv, attn_prep, attention, o_proj, route_up, down, lm_head): the step time "
+                  "without them, for a per-kernel breakdown")
+      ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
   return [o, cmd] {
     o->command = "tern bench";

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "core/error.h"
 #include "core/npy.h"
 #include "engine/sampler.h"
 #include "engine/score.h"
@@ -72,6 +73,18 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
   const auto rest = gpu.generate_greedy(*s, got[0], kN - 1);
   got.insert(got.end(), rest.begin(), rest.end());
   EXPECT_EQ(got, want);
+}
+
+// tern bench --leave-out: the named kernels leave the step graph (one per
+// layer for down, one for lm_head), and unknown names are refused.
+TEST(CudaBackend, LeaveOutDropsKernelsAndRejectsUnknownNames) {
+  TERN_REQUIRE_GPU();
+  auto w = tiny_dummy_weights();
+  cuda::CudaBackend full(w), part(w);
+  EXPECT_THROW(part.leave_out({"lm_head", "no_such_kernel"}), Error);
+  part.leave_out({"lm_head", "down"});
+  auto a = full.new_sequence(), b = part.new_sequence();
+  EXPECT_EQ(full.step_kernels(*a) - part.step_kernels(*b), 1 + w->cfg.n_layers);
 }
 
 }  // namespace

@@ -152,7 +152,11 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   const DeviceWeights& W = *w_;
   cudaStream_t st = stream_;
   int* pos = s.ints + kPos;
-  check(embed(W.embed, s.ints + kToken, h_, st), "embed");
+  // Launches the kernel(s) named `what` unless the bench leaves them out.
+  auto launch = [&](const char* what, auto&& enqueue) {
+    if (left_out_.count(what) == 0) check(enqueue(), what);
+  };
+  launch("embed", [&] { return embed(W.embed, s.ints + kToken, h_, st); });
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     if (L.type == LayerType::linear_attention) {
@@ -164,7 +168,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   proj_,
                   GemvOut::conv,
                   ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
-      check(gemv(in, st), "gdn in-proj");
+      launch("gdn_in", [&] { return gemv(in, st); });
       GdnStepArgs g{convout_,
                     proj_ + C,
                     proj_ + C + Vd,
@@ -178,29 +182,38 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                     gdn_counters_,
                     c.lin_k_heads,
                     Hv};
-      check(gdn_step(g, st), "gdn step");
-      check(gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st), "gdn out");
+      launch("gdn_step", [&] { return gdn_step(g, st); });
+      launch("gdn_out", [&] {
+        return gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st);
+      });
     } else {
-      check(gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}}, st), "qkv");
+      launch("qkv", [&] {
+        return gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}}, st);
+      });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
                      c.rotary_dim,   s.capacity,     c.rope_theta};
-      check(attn_prep(p, st), "attn prep");
+      launch("attn_prep", [&] { return attn_prep(p, st); });
       AttnDecodeArgs d{q_,    s.k[size_t(i)], s.v[size_t(i)], pos,        proj_,   part_,
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
-      check(attn_decode(d, st), "attention");
-      check(gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}}, st), "o_proj");
+      launch("attention", [&] { return attn_decode(d, st); });
+      launch("o_proj", [&] {
+        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}}, st);
+      });
     }
     RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
                  rlogits_, counters_, ids_,        wts_,      c.top_k};
-    check(route_experts_up(
-              r, ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st),
-          "router and experts up");
-    check(experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st),
-          "experts down");
+    launch("route_up", [&] {
+      return route_experts_up(
+          r, ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st);
+    });
+    launch("down", [&] {
+      return experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st);
+    });
   }
-  check(gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st),
-        "lm_head");
+  launch("lm_head", [&] {
+    return gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st);
+  });
   if (s.sampled) {
     SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,
                   s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
@@ -210,6 +223,24 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   kOutRing - 1, s.ints + kStep, pos};
     check(argmax_advance(am, st), "argmax");
   }
+}
+
+const std::vector<std::string>& CudaBackend::step_kernel_names() {
+  static const std::vector<std::string> names = {"embed",    "gdn_in",    "gdn_step",  "gdn_out",
+                                                 "qkv",      "attn_prep", "attention", "o_proj",
+                                                 "route_up", "down",      "lm_head"};
+  return names;
+}
+
+void CudaBackend::leave_out(const std::set<std::string>& names) {
+  const auto& known = step_kernel_names();
+  for (const std::string& n : names)
+    if (std::find(known.begin(), known.end(), n) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error("unknown step kernel '" + n + "' (known: " + list + ")");
+    }
+  left_out_ = names;
 }
 
 // The step graph for the next position (re-captured when the split tier moves).

@@ -10,6 +10,9 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/device_weights.h"
 #include "engine/backend.h"
@@ -60,6 +63,12 @@ class CudaBackend : public Backend {
   // with random values and sets the length (no real prefill).
   void fill_synthetic(Sequence& seq, int64_t length, uint64_t seed);
   void set_length(Sequence& seq, int64_t length);
+  // For tern bench --leave-out: the step's kernels by name (a name covers its
+  // instances in every layer), and leaving some out of the step graphs
+  // captured afterwards, which then time the rest (the tokens are no longer
+  // the model's). Throws on an unknown name.
+  static const std::vector<std::string>& step_kernel_names();
+  void leave_out(const std::set<std::string>& names);
   // Seconds for n greedy steps (graph replays), timed with CUDA events.
   double time_steps(Sequence& seq, int n);
   void reserve(CudaSequence& s, int64_t n);
@@ -68,6 +77,8 @@ class CudaBackend : public Backend {
   static constexpr int kOutRing = 1 << 16;
 
  private:
+  std::set<std::string> left_out_;
+
   void init();
   void enqueue_step(CudaSequence& s);
   void ensure_graph(CudaSequence& s);

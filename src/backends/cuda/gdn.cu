@@ -13,9 +13,8 @@ namespace tern::cuda {
 
 namespace {
 
-constexpr int kD = kGdnDim, kSplit = 4, kCols = kD / kSplit, kGroups = 8, kRows = kD / kGroups,
-              kThreads = kCols * kGroups;
-static_assert(kCols == 32 && kThreads == 2 * kD, "one warp per row group; q and k one per thread");
+constexpr int kD = kGdnDim, kThreads = 2 * kD, kSplit = 4, kCols = kD / kSplit,
+              kGroups = kThreads / kCols, kRows = kD / kGroups;
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   pdl_launch_dependents();
@@ -30,21 +29,25 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
   pdl_wait();
 
-  __shared__ float q[kD], k[kD], red[32], pk[kGroups][kCols], pq[kGroups][kCols];
+  __shared__ float q[kD], k[kD], red[3][kThreads / 32], pk[kGroups][kCols], pq[kGroups][kCols];
   const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
   if (t < kD)
     q[t] = a.conv[m * kD + t];
   else
     k[t - kD] = a.conv[key_dim + m * kD + t - kD];
   __syncthreads();
-  const float ssq = block_sum(t < kD ? q[t] * q[t] : 0.0f, red);
-  const float ssk = block_sum(t < kD ? k[t] * k[t] : 0.0f, red);
-  if (t < kD) {
-    q[t] *= rsqrtf(float(kD)) / sqrtf(ssq + 1e-6f);
-    k[t] *= 1.0f / sqrtf(ssk + 1e-6f);
-  }
+  // |q|^2, |k|^2 and q.k in one block reduction: the L2 norms scale the dot
+  // products instead of q and k themselves.
+  float qq = t < kD ? q[t] * q[t] : 0.0f, kk = t < kD ? k[t] * k[t] : 0.0f,
+        qk = t < kD ? q[t] * k[t] : 0.0f;
+  qq = warp_sum(qq), kk = warp_sum(kk), qk = warp_sum(qk);
+  if (t % 32 == 0) red[0][t / 32] = qq, red[1][t / 32] = kk, red[2][t / 32] = qk;
   __syncthreads();
-  const float kq = block_sum(t < kD ? q[t] * k[t] : 0.0f, red);
+  qq = kk = qk = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) qq += red[0][w], kk += red[1][w], qk += red[2][w];
+  const float inv_q = rsqrtf(float(kD)) / sqrtf(qq + 1e-6f), inv_k = 1.0f / sqrtf(kk + 1e-6f);
+  const float kq = qk * inv_q * inv_k;
   const float beta = sigmoidf(a.beta_in[n]);
   const float x = a.a_in[n] + dt_bias;
   const float alpha = expf(-expf(a_log) * (x > 20.0f ? x : log1pf(expf(x))));
@@ -55,6 +58,8 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
     sk += s[i] * k[r0 + i];
     sq += s[i] * q[r0 + i];
   }
+  sk *= inv_k;
+  sq *= inv_q;
   pk[grp][lane] = sk;
   pq[grp][lane] = sq;
   __syncthreads();
@@ -66,14 +71,14 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   }
   const float u = beta * (a.conv[2 * key_dim + n * kD + j] - alpha * sk);
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * u;
+  for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * inv_k * u;
   float* y = a.y + n * kD;
   if (grp == 0) y[j] = alpha * sq + kq * u;
 
   // Gated RMSNorm over the head's 128 raw outputs, by the head's last block.
   if (!last_block(a.counters + n, kSplit)) return;
   const float o = t < kD ? __ldcg(y + t) : 0.0f;
-  const float ss = block_sum(o * o, red);
+  const float ss = block_sum(o * o, red[0]);
   const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
   if (t < kD) y[t] = o * inv * a.norm[t] * siluf(a.z[n * kD + t]);
 }

@@ -34,22 +34,20 @@ struct Choice {
   float w, shared_gate;
 };
 
-// One warp: softmax over the E expert logits (logit(E) is the shared expert
-// gate's), top-k by probability in k rounds of a shuffle arg max (no block
-// barriers), weights renormalised over the k.
-template <typename Logit>
-__device__ Choice choose_experts(Logit logit, int E, int top_k) {
+// One warp: softmax over the E expert logits in p (shared memory, rewritten;
+// p[E] is the shared expert gate's), top-k by probability in k rounds of a
+// shuffle arg max (no block barriers), weights renormalised over the k.
+__device__ Choice choose_experts(float* p, int E, int top_k) {
   const int lane = threadIdx.x & 31;
-  __shared__ float p[kMaxExperts];
   float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = logit(e));
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
   mx = warp_max(mx);
   float part = 0.0f;
   for (int e = lane; e < E; e += 32) part += (p[e] = expf(p[e] - mx));
   const float sum = warp_sum(part);
   __syncwarp();
   float total = 0.0f;
-  Choice c{0, 0.0f, sigmoidf(logit(E))};
+  Choice c{0, 0.0f, sigmoidf(p[E])};
   for (int t = 0; t < top_k; ++t) {
     float best = -1.0f;
     int bi = E;
@@ -83,8 +81,11 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   if (sl == 0 && r < a.W.rows) a.logits[r] = acc;
   if (!last_block(a.counter)) return;
 
+  __shared__ float p[kMaxExperts + 1];
+  for (int e = threadIdx.x; e <= E; e += kThreads) p[e] = __ldcg(a.logits + e);
+  __syncthreads();
   if (warp != 0) return;
-  const Choice c = choose_experts([&](int e) { return __ldcg(a.logits + e); }, E, a.top_k);
+  const Choice c = choose_experts(p, E, a.top_k);
   if (lane < a.top_k) a.ids[lane] = c.id, a.wts[lane] = c.w;
   if (lane == 0) a.wts[a.top_k] = c.shared_gate;
 }
@@ -143,20 +144,21 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
   if (sl == 0 && d < D) a.h[d] += acc;
 }
 
-// Tensor-core versions (tile_gemv.cuh). Gate/up: the tiles of slot s are
-// 16-row gate and up tiles alternating (gate f..f+15, up f..f+15, ...), so a
-// batch of two holds both halves of SwiGLU. Rows depend on the routing, so
-// loads wait for it. With kRoutes_ the job routes the token itself (r): the
-// router's 8-bit rows are split into 256-column parts, one per warp of the
-// grid; a grid barrier; then every block's warp 0 sums the parts and picks
-// the experts into shared memory (block 0 also writes them out for down).
+// Tensor-core versions (tile_gemv.cuh). Gate/up: tile p of slot s holds the
+// gate rows of features 8p..8p+7 in its rows 0-7 and their up rows in rows
+// 8-15, so every tile finishes SwiGLU on its own (and blocks' shares of the
+// tiles need no pairing, which keeps every block within two batches). Rows depend on the routing,
+// so loads wait for it. With kRoutes_ the job routes the token itself (r): the router's 8-bit rows
+// are split into 256-column parts, one per warp of the grid; a grid barrier; then every block's
+// warp 0 sums the parts and picks the experts into shared memory (block 0 also writes them out for
+// down).
 template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
   RouterArgs r;  // only when routing
   static constexpr bool kEarly = false, kRoutes = kRoutes_;
-  static constexpr int kAlign = 2;
-  __host__ __device__ int per_slot() const { return 2 * a.inter / 16; }
+  static constexpr int kAlign = 1;
+  __host__ __device__ int per_slot() const { return a.inter / 8; }
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
@@ -171,9 +173,8 @@ struct UpJob {
   }
   __device__ tile::Load load(int t, int round) const {
     const int slot = t / per_slot(), p = t % per_slot(), g = int((threadIdx.x & 31) >> 2);
-    const uint32_t row =
-        uint32_t(expert(slot) * 2 * a.inter + (p & 1) * a.inter + (p >> 1) * 16 + g);
-    return tile::load(a.gate_up, row, row + 8, round);
+    const uint32_t gate = uint32_t(expert(slot) * 2 * a.inter + p * 8 + g);
+    return tile::load(a.gate_up, gate, gate + uint32_t(a.inter), round);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
     if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
@@ -217,14 +218,18 @@ struct UpJob {
       if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
     }
     grid_barrier(r.counter);
+    // The logits, each the sum of its row's parts, gathered by the whole block
+    // (independent loads), then one warp picks.
+    __shared__ float p[kMaxExperts + 1];
+    for (int e = int(threadIdx.x); e <= E; e += tile::kThreads) {
+      float v = 0.0f;
+#pragma unroll 8
+      for (int i = 0; i < per; ++i) v += __ldcg(r.logits + size_t(e) * per + i);
+      p[e] = v * xs.scale;
+    }
+    __syncthreads();
     if (threadIdx.x < 32) {
-      const Choice c = choose_experts(
-          [&](int e) {
-            float v = 0.0f;
-            for (int p = 0; p < per; ++p) v += __ldcg(r.logits + size_t(e) * per + p);
-            return v * xs.scale;
-          },
-          E, a.top_k);
+      const Choice c = choose_experts(p, E, a.top_k);
       if (lane < a.top_k) routed()[lane] = c.id;
       if (blockIdx.x == 0) {
         if (lane < a.top_k) r.ids[lane] = c.id, r.wts[lane] = c.w;
@@ -233,12 +238,12 @@ struct UpJob {
     }
     __syncthreads();
   }
-  // Batches are one gate/up tile pair.
+  // Thread i: feature i % 8 of the batch's tile i / 8.
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
-    const int i = int(threadIdx.x);
-    if (i >= 16 || b0 >= t1) return;
-    const int slot = b0 / per_slot(), f = (b0 % per_slot()) / 2 * 16 + i;
-    a.act[slot * a.inter + f] = siluf(s.row(i)) * s.row(16 + i);
+    const int i = int(threadIdx.x), t = b0 + i / 8, r = i / 8 * 16 + i % 8;
+    if (i >= s.stride / 2 || t >= t1) return;
+    const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
+    a.act[slot * a.inter + f] = siluf(s.row(r)) * s.row(r + 8);
   }
 };
 
@@ -288,13 +293,13 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   const UpJob<true> job{u, r};
   const bool tiled =
-      job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && u.inter % 16 == 0;
+      job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && u.inter % 8 == 0;
   if (tiled && r.W.bits == 8 && r.W.cols == job.cols() && job.cols() % kRouterPart == 0 &&
       r.W.rows - 1 <= kMaxExperts && r.top_k <= kMaxTopK &&
       job.parts() <= tile::blocks(job) * tile::kWarps)
-    return tile::launch<1, 2>(job, st);
+    return tile::launch<1, 3>(job, st);
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
-  if (tiled) return tile::launch<1, 2>(UpJob<false>{u, {}}, st);
+  if (tiled) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);
   const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);

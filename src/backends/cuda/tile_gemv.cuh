@@ -58,16 +58,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
         if (warp * RPW + j < rounds && b0 + tt < t1) ld[tt][j] = job.load(b0 + tt, warp * RPW + j);
   };
   Batch ld0, ld1;
-  if constexpr (Job::kEarly) issue(ld0, t0), issue(ld1, t0 + TB);
+  auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
+  if constexpr (Job::kEarly) start();
   if constexpr (Job::kRoutes) job.prefetch();
   pdl_wait();
-  if constexpr (!Job::kEarly && !Job::kRoutes) issue(ld0, t0), issue(ld1, t0 + TB);
+  if constexpr (!Job::kEarly && !Job::kRoutes) start();
   float* red = nullptr;
   const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
   if constexpr (Job::kRoutes) {
     job.route(xs);
     pdl_launch_dependents();
-    issue(ld0, t0), issue(ld1, t0 + TB);
+    start();
   }
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
