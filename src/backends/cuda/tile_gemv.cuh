@@ -41,7 +41,7 @@ struct Sums {
 };
 
 template <int RPW, int TB, typename Job>
-__global__ void __maxnreg__(120) gemv_kernel(Job job) {
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   extern __shared__ float4 sm4[];
   if constexpr (!Job::kRoutes) pdl_launch_dependents();
   const int tiles = job.tiles(), rounds = job.rounds();
