@@ -18,15 +18,6 @@ __device__ __forceinline__ int slot_expert(const Args& a, int slot) {
   return slot < a.top_k ? a.ids[slot] : a.n_experts;
 }
 
-// Warp-wide arg max; ties go to the lower index. Every lane gets the result.
-__device__ void warp_argmax(float& v, int& i) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_xor_sync(kFull, v, o);
-    const int i2 = __shfl_xor_sync(kFull, i, o);
-    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
-  }
-}
-
 // A lane's share of the expert choice: lane i < top_k holds the i-th expert
 // and its renormalised weight; every lane holds the shared expert's gate.
 struct Choice {
@@ -35,8 +26,9 @@ struct Choice {
 };
 
 // One warp: softmax over the E expert logits in p (shared memory, rewritten;
-// p[E] is the shared expert gate's), top-k by probability in k rounds of a
-// shuffle arg max (no block barriers), weights renormalised over the k.
+// p[E] is the shared expert gate's), top-k by probability (ties to the lower
+// index, as on the CPU), weights renormalised over the k. Each round is two
+// warp reductions (redux.sync) on keys that order like the probabilities.
 __device__ Choice choose_experts(float* p, int E, int top_k) {
   const int lane = threadIdx.x & 31;
   float mx = -INFINITY;
@@ -48,16 +40,21 @@ __device__ Choice choose_experts(float* p, int E, int top_k) {
   __syncwarp();
   float total = 0.0f;
   Choice c{0, 0.0f, sigmoidf(p[E])};
+  unsigned taken = 0;  // bit i: this lane's entry lane + 32 i is chosen
   for (int t = 0; t < top_k; ++t) {
-    float best = -1.0f;
-    int bi = E;
-    for (int e = lane; e < E; e += 32)
-      if (p[e] > best) best = p[e], bi = e;
-    warp_argmax(best, bi);
-    total += best / sum;
-    if (lane == t) c.w = best / sum, c.id = bi;
-    if (lane == bi % 32) p[bi] = -2.0f;
-    __syncwarp();
+    // Probabilities are >= 0, so their bits order like unsigned ints; +1
+    // keeps 0 for the entries already chosen.
+    unsigned best = 0, bi = ~0u;
+    for (int i = 0, e = lane; e < E; ++i, e += 32) {
+      const unsigned key = (taken >> i & 1u) ? 0u : __float_as_uint(p[e]) + 1u;
+      if (key > best) best = key, bi = unsigned(e);
+    }
+    const unsigned top = __reduce_max_sync(kFull, best);
+    const unsigned id = __reduce_min_sync(kFull, best == top ? bi : ~0u);
+    const float pv = __uint_as_float(top - 1u);
+    total += pv / sum;
+    if (lane == t) c.w = pv / sum, c.id = int(id);
+    if (lane == int(id % 32)) taken |= 1u << (id / 32);
   }
   c.w /= total;
   return c;
