@@ -60,24 +60,31 @@ __device__ inline bool last_block(unsigned* counter) {
   return last_block(counter, gridDim.x);
 }
 
-// Waits until every block of the grid has got here (bar: [arrivals,
-// generation], zero before first use; the arrivals reset themselves). Only
-// for grids whose blocks are all resident at once (at most one block per SM)
-// and that let their dependents launch only after it: an early dependent
-// block could otherwise hold the slot a missing block needs.
-__device__ inline void grid_barrier(unsigned* bar) {
+// A grid barrier in two halves, so a block can work between arriving and
+// waiting (bar: [arrivals, generation], zero before first use; the arrivals
+// reset themselves). Only for grids whose blocks are all resident at once (at
+// most one block per SM) and that let their dependents launch only after the
+// wait: an early dependent block could otherwise hold the slot a missing block
+// needs. grid_arrive comes after the block's global writes; every thread calls
+// both, and thread 0 carries the generation from one to the other.
+__device__ inline unsigned grid_arrive(unsigned* bar) {
   __threadfence();
   __syncthreads();
+  unsigned g = 0;
   if (threadIdx.x == 0) {
-    volatile unsigned* gen = bar + 1;
-    const unsigned g = *gen;  // read before arriving: it cannot move until all have
+    g = *static_cast<volatile unsigned*>(bar + 1);  // cannot move until all have arrived
     if (atomicAdd(bar, 1u) == gridDim.x - 1) {
       bar[0] = 0;
       __threadfence();
       atomicAdd(bar + 1, 1u);
-    } else {
-      while (*gen == g) {
-      }
+    }
+  }
+  return g;
+}
+
+__device__ inline void grid_wait(unsigned* bar, unsigned g) {
+  if (threadIdx.x == 0) {
+    while (*static_cast<volatile unsigned*>(bar + 1) == g) {
     }
     __threadfence();
   }

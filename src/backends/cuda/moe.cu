@@ -144,11 +144,12 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
 // Tensor-core versions (tile_gemv.cuh). Gate/up: tile p of slot s holds the
 // gate rows of features 8p..8p+7 in its rows 0-7 and their up rows in rows
 // 8-15, so every tile finishes SwiGLU on its own (and blocks' shares of the
-// tiles need no pairing, which keeps every block within two batches). Rows depend on the routing,
-// so loads wait for it. With kRoutes_ the job routes the token itself (r): the router's 8-bit rows
-// are split into 256-column parts, one per warp of the grid; a grid barrier; then every block's
-// warp 0 sums the parts and picks the experts into shared memory (block 0 also writes them out for
-// down).
+// tiles need no pairing, which keeps every block within two batches). Rows
+// depend on the routing, so loads wait for it. With kRoutes_ the job routes
+// the token itself (r): the router's 8-bit rows are split into 256-column
+// parts, one per warp of the grid; the grid barrier's arrival; staging while
+// the other blocks arrive; then every block gathers the logits and picks the
+// experts into shared memory (block 0 also writes them out for down).
 template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
@@ -190,8 +191,10 @@ struct UpJob {
     if (row < r.W.rows)
       prefetch_l2(reinterpret_cast<const uint8_t*>(r.W.w) + size_t(row) * cols() + col);
   }
-  __device__ void route(const tile::Staged& xs) const {
-    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = cols() / kRouterPart;
+  // This warp's part of the router logits (the RMSNorm factor comes later),
+  // then the block's arrival at the grid barrier; staging overlaps the wait.
+  __device__ unsigned arrive() const {
+    const int lane = int(threadIdx.x & 31), per = cols() / kRouterPart;
     int row = 0;
     const int col = part_offset(&row);
     if (row < r.W.rows) {
@@ -214,7 +217,13 @@ struct UpJob {
       const float v = warp_sum(s * qx + b * sx);
       if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
     }
-    grid_barrier(r.counter);
+    return grid_arrive(r.counter);
+  }
+  // The barrier's wait and the choice of experts (into shared memory; block 0
+  // also writes ids and weights out for the down kernel).
+  __device__ void route(const tile::Staged& xs, unsigned generation) const {
+    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = cols() / kRouterPart;
+    grid_wait(r.counter, generation);
     // The logits, each the sum of its row's parts, gathered by the whole block
     // (independent loads), then one warp picks.
     __shared__ float p[kMaxExperts + 1];

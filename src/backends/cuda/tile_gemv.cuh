@@ -8,10 +8,12 @@
 //
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
-//   static constexpr bool kRoutes; // picks its rows itself: calls
-//                                  // prefetch() before the PDL wait and
-//                                  // route(staged) after staging, which holds
-//                                  // a grid barrier (so dependents launch after it)
+//   static constexpr bool kRoutes; // picks its rows itself: calls prefetch()
+//                                  // before the PDL wait, arrive() after it
+//                                  // (its share of the routing, then a grid
+//                                  // barrier's arrival) and route(staged, g)
+//                                  // after staging (the barrier's wait, the
+//                                  // choice); dependents launch after that
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
@@ -63,10 +65,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   if constexpr (Job::kRoutes) job.prefetch();
   pdl_wait();
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
+  [[maybe_unused]] unsigned generation = 0;
+  if constexpr (Job::kRoutes) generation = job.arrive();
   float* red = nullptr;
   const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
   if constexpr (Job::kRoutes) {
-    job.route(xs);
+    job.route(xs, generation);
     pdl_launch_dependents();
     start();
   }
