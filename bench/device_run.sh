@@ -12,3 +12,12 @@ $BIN/tern bench --dummy 35b-a3b --backend cuda \
   --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
   --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
   --rev "$REV" 2>&1 | tee $OUT/bench.log
+# One-step breakdown by leave-one-out at 4K: the step time without each kernel
+# (tern bench --leave-out), against the full step.
+for k in none embed gdn_in gdn_step gdn_out qkv attn_prep attention o_proj route_up down lm_head; do
+  L=""; [ "$k" != none ] && L="--leave-out $k"
+  echo "$k $($BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 $L 2>&1 |
+    awk '$1 == 4096 {print $2, $3}')"
+done | tee $OUT/leave-out-4096.txt
+$BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 --sample \
+  --json $OUT/sample-4096.json --rev "$REV" 2>&1 | tail -3
