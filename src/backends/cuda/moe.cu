@@ -185,22 +185,32 @@ struct UpJob {
     *row = task / per;
     return (task % per) * kRouterPart + int(threadIdx.x & 31) * 8;
   }
-  __device__ void prefetch() const {
+  // A lane's 8 router codes and their group's scale and bias: constants,
+  // loaded before the PDL wait.
+  struct Part {
+    uint2 q;
+    uint16_t s, b;
+  };
+  __device__ Part preload() const {
     int row = 0;
     const int col = part_offset(&row);
-    if (row < r.W.rows)
-      prefetch_l2(reinterpret_cast<const uint8_t*>(r.W.w) + size_t(row) * cols() + col);
+    Part p{};
+    if (row < r.W.rows) {
+      p.q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
+                                            size_t(row) * cols() + col);
+      const size_t grp = size_t(row) * (cols() / kGroup) + col / kGroup;
+      p.s = r.W.s[grp], p.b = r.W.b[grp];
+    }
+    return p;
   }
   // This warp's part of the router logits (the RMSNorm factor comes later),
   // then the block's arrival at the grid barrier; staging overlaps the wait.
-  __device__ unsigned arrive() const {
+  __device__ unsigned arrive(const Part& part) const {
     const int lane = int(threadIdx.x & 31), per = cols() / kRouterPart;
     int row = 0;
     const int col = part_offset(&row);
     if (row < r.W.rows) {
-      const uint2 q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
-                                                      size_t(row) * cols() + col);
-      const size_t grp = size_t(row) * (cols() / kGroup) + col / kGroup;
+      const uint2 q = part.q;
       const float4* h4 = reinterpret_cast<const float4*>(r.h + col);
       const float4* n4 = reinterpret_cast<const float4*>(r.norm + col);
       float qx = 0.0f, sx = 0.0f;
@@ -212,8 +222,8 @@ struct UpJob {
 #pragma unroll
         for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
       }
-      const float s = __uint_as_float(uint32_t(r.W.s[grp]) << 16),
-                  b = __uint_as_float(uint32_t(r.W.b[grp]) << 16);
+      const float s = __uint_as_float(uint32_t(part.s) << 16),
+                  b = __uint_as_float(uint32_t(part.b) << 16);
       const float v = warp_sum(s * qx + b * sx);
       if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
     }

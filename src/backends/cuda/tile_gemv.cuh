@@ -8,8 +8,9 @@
 //
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
-//   static constexpr bool kRoutes; // picks its rows itself: calls prefetch()
-//                                  // before the PDL wait, arrive() after it
+//   static constexpr bool kRoutes; // picks its rows itself: calls preload()
+//                                  // before the PDL wait (router weights into
+//                                  // registers), arrive(part) after it
 //                                  // (its share of the routing, then a grid
 //                                  // barrier's arrival) and route(staged, g)
 //                                  // after staging (the barrier's wait, the
@@ -62,11 +63,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   Batch ld0, ld1;
   auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
   if constexpr (Job::kEarly) start();
-  if constexpr (Job::kRoutes) job.prefetch();
+  [[maybe_unused]] const auto part = [&] {
+    if constexpr (Job::kRoutes)
+      return job.preload();
+    else
+      return 0;
+  }();
   pdl_wait();
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
   [[maybe_unused]] unsigned generation = 0;
-  if constexpr (Job::kRoutes) generation = job.arrive();
+  if constexpr (Job::kRoutes) generation = job.arrive(part);
   float* red = nullptr;
   const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
   if constexpr (Job::kRoutes) {
@@ -80,11 +86,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   auto step = [&](Batch& ld, int b0, int half) {
     float acc[TB][2] = {};
 #pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
+    for (int j = 0; j < RPW; ++j)
+      if (warp * RPW + j < rounds) {
+        const Fragment f = fragment(xs, 4 * (warp * RPW + j));
 #pragma unroll
-      for (int j = 0; j < RPW; ++j)
-        if (warp * RPW + j < rounds)
-          round_dot(ld[tt][j], xs, 4 * (warp * RPW + j), acc[tt][0], acc[tt][1]);
+        for (int tt = 0; tt < TB; ++tt) round_dot(ld[tt][j], f, acc[tt][0], acc[tt][1]);
+      }
     issue(ld, b0 + 2 * TB);
     float* rd = red + half * kWarps * TB * 16;
 #pragma unroll

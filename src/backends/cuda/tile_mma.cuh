@@ -147,33 +147,44 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Adds one round's contribution to this lane's partial sums of rows g and g+8.
-// `xchunk`: the staged chunk index of this round's slot 0 (the B operand).
-__device__ __forceinline__ void round_dot(const Load& l, const Staged& x, int xchunk, float& acc0,
-                                          float& acc8) {
+// A lane's B fragments of one round (the same for every tile of the round)
+// and the sum of the staged values of its accumulator's group.
+struct Fragment {
+  uint4 xv[4];
+  float X;
+};
+
+// `xchunk`: the staged chunk index of the round's slot 0.
+__device__ __forceinline__ Fragment fragment(const Staged& x, int xchunk) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  uint4 xv[4] = {};
+  Fragment f{};
   const uint4* src = g == t ? x.hi : g == t + 4 ? x.lo : nullptr;
   if (src != nullptr)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = src[(xchunk + t) * 4 + i];
+    for (int i = 0; i < 4; ++i) f.xv[i] = src[(xchunk + t) * 4 + i];
+  f.X = t < 2 ? x.xsum[xchunk / 2 + (t & 1)] : 0.0f;
+  return f;
+}
+
+// Adds one round's contribution to this lane's partial sums of rows g and g+8.
+__device__ __forceinline__ void round_dot(const Load& l, const Fragment& f, float& acc0,
+                                          float& acc8) {
   const uint32_t w0[4] = {l.q0.x, l.q0.y, l.q0.z, l.q0.w}, w8[4] = {l.q1.x, l.q1.y, l.q1.z, l.q1.w};
   const uint32_t m = 0x43004300u;
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    mma(d, pair(w0[i], 0, m), pair(w8[i], 0, m), pair(w0[i], 1, m), pair(w8[i], 1, m), xv[i].x,
-        xv[i].y);
-    mma(d, pair(w0[i], 2, m), pair(w8[i], 2, m), pair(w0[i], 3, m), pair(w8[i], 3, m), xv[i].z,
-        xv[i].w);
+    mma(d, pair(w0[i], 0, m), pair(w8[i], 0, m), pair(w0[i], 1, m), pair(w8[i], 1, m), f.xv[i].x,
+        f.xv[i].y);
+    mma(d, pair(w0[i], 2, m), pair(w8[i], 2, m), pair(w0[i], 3, m), pair(w8[i], 3, m), f.xv[i].z,
+        f.xv[i].w);
   }
-  const float X = t < 2 ? x.xsum[xchunk / 2 + (t & 1)] : 0.0f;
   const float s0 = __uint_as_float(uint32_t(l.s0) << 16),
               b0 = __uint_as_float(uint32_t(l.b0) << 16);
   const float s1 = __uint_as_float(uint32_t(l.s1) << 16),
               b1 = __uint_as_float(uint32_t(l.b1) << 16);
-  acc0 += s0 * (d[0] + d[1]) + (b0 - 128.0f * s0) * X;
-  acc8 += s1 * (d[2] + d[3]) + (b1 - 128.0f * s1) * X;
+  acc0 += s0 * (d[0] + d[1]) + (b0 - 128.0f * s0) * f.X;
+  acc8 += s1 * (d[2] + d[3]) + (b1 - 128.0f * s1) * f.X;
 }
 
 // Sums a lane's partials over the 4 lanes of its quad (lane t = 0 gets them).
