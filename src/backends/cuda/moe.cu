@@ -256,10 +256,10 @@ struct UpJob {
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
-    const int i = int(threadIdx.x), t = b0 + i / 8, r = i / 8 * 16 + i % 8;
+    const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
     const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
-    a.act[slot * a.inter + f] = siluf(s.row(r)) * s.row(r + 8);
+    a.act[slot * a.inter + f] = siluf(s.row(gate)) * s.row(gate + 8);
   }
 };
 
