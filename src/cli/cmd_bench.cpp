@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/cuda/step_kernels.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/backend.h"
@@ -102,6 +103,7 @@ struct BenchOptions {
 }
 
 int run_bench(const BenchOptions& o) {
+  cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
 #ifndef TERN_HAVE_CUDA
   fail("tern bench needs the CUDA backend, which is not built into this tern");
 #else

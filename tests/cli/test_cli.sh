@@ -75,6 +75,7 @@ cp -r "$W/tiny" "$W/broken" && echo '{"text_config": {}}' >"$W/broken/config.jso
 expect_error "empty config" "missing field 'hidden_size'" "$TERN" run --model "$W/broken" --prompt-ids 1
 head -c 1000 "$W/tiny/model.safetensors" >"$W/broken/model.safetensors" && cp "$W/tiny/config.json" "$W/broken/"
 expect_error "truncated weights" "model.safetensors" "$TERN" run --model "$W/broken" --prompt-ids 1
+expect_error "unknown kernel to leave out" "unknown step kernel 'bogus'" "$TERN" bench --dummy tiny --leave-out lm_head,bogus
 expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "$W/tiny" --out "$W/c"
 
 echo "$pass passed, $fail failed"

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/step_kernels.h"
 #include "core/error.h"
 
 namespace tern::cuda {
@@ -225,21 +226,8 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   }
 }
 
-const std::vector<std::string>& CudaBackend::step_kernel_names() {
-  static const std::vector<std::string> names = {"embed",    "gdn_in",    "gdn_step",  "gdn_out",
-                                                 "qkv",      "attn_prep", "attention", "o_proj",
-                                                 "route_up", "down",      "lm_head"};
-  return names;
-}
-
 void CudaBackend::leave_out(const std::set<std::string>& names) {
-  const auto& known = step_kernel_names();
-  for (const std::string& n : names)
-    if (std::find(known.begin(), known.end(), n) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw Error("unknown step kernel '" + n + "' (known: " + list + ")");
-    }
+  check_step_kernel_names(names);
   left_out_ = names;
 }
 

@@ -63,11 +63,9 @@ class CudaBackend : public Backend {
   // with random values and sets the length (no real prefill).
   void fill_synthetic(Sequence& seq, int64_t length, uint64_t seed);
   void set_length(Sequence& seq, int64_t length);
-  // For tern bench --leave-out: the step's kernels by name (a name covers its
-  // instances in every layer), and leaving some out of the step graphs
-  // captured afterwards, which then time the rest (the tokens are no longer
-  // the model's). Throws on an unknown name.
-  static const std::vector<std::string>& step_kernel_names();
+  // For tern bench --leave-out: leaves the named kernels (step_kernels.h) out
+  // of the step graphs captured afterwards, which then time the rest (the
+  // tokens are no longer the model's). Throws on an unknown name.
   void leave_out(const std::set<std::string>& names);
   // Seconds for n greedy steps (graph replays), timed with CUDA events.
   double time_steps(Sequence& seq, int n);
