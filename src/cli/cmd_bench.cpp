@@ -6,6 +6,8 @@
 // bandwidth measured in the same run), and the launch overhead of a graph of
 // as many empty kernels as the step has. Table on stdout, JSON and an SVG plot
 // on request.
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -139,11 +141,9 @@ int run_bench(const BenchOptions& o) {
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
       copy_bw / 1e9, weights / 1e6, double(cuda::device_memory_used()) / 1e9);
   std::printf("token choice: %s\n", choice.c_str());
-  std::string left_out;
-  for (const std::string& k : o.leave_out) left_out += (left_out.empty() ? "" : ",") + k;
-  if (!left_out.empty())
-    std::printf("left out of the step (timing only, the tokens are not the model's): %s\n",
-                left_out.c_str());
+  if (!o.leave_out.empty())
+    fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
+               fmt::join(o.leave_out, ","));
   std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
               "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();

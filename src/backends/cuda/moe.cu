@@ -160,7 +160,8 @@ struct UpJob {
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
-  __host__ __device__ int parts() const { return r.W.rows * (r.W.cols / kRouterPart); }
+  __host__ __device__ int parts_per_row() const { return r.W.cols / kRouterPart; }
+  __host__ __device__ int parts() const { return r.W.rows * parts_per_row(); }
   static __device__ int* routed() {
     __shared__ int ids[kMaxTopK];
     return ids;
@@ -178,27 +179,23 @@ struct UpJob {
     if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
-  // This warp's router part: row, and 8 columns per lane.
-  __device__ int part_offset(int* row) const {
-    const int task = int(blockIdx.x) * tile::kWarps + int(threadIdx.x >> 5),
-              per = cols() / kRouterPart;
-    *row = task / per;
-    return (task % per) * kRouterPart + int(threadIdx.x & 31) * 8;
-  }
-  // A lane's 8 router codes and their group's scale and bias: constants,
-  // loaded before the PDL wait.
+  // A lane's share of this warp's router part (one row, 256 columns): the
+  // row, its first column and its 8 codes with their group's scale and bias,
+  // loaded before the PDL wait (constants).
   struct Part {
+    int row, col;
     uint2 q;
     uint16_t s, b;
   };
   __device__ Part preload() const {
-    int row = 0;
-    const int col = part_offset(&row);
+    const int task = int(blockIdx.x) * tile::kWarps + int(threadIdx.x >> 5);
     Part p{};
-    if (row < r.W.rows) {
+    p.row = task / parts_per_row();
+    p.col = (task % parts_per_row()) * kRouterPart + int(threadIdx.x & 31) * 8;
+    if (p.row < r.W.rows) {
       p.q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
-                                            size_t(row) * cols() + col);
-      const size_t grp = size_t(row) * (cols() / kGroup) + col / kGroup;
+                                            size_t(p.row) * cols() + p.col);
+      const size_t grp = size_t(p.row) * (cols() / kGroup) + p.col / kGroup;
       p.s = r.W.s[grp], p.b = r.W.b[grp];
     }
     return p;
@@ -206,11 +203,8 @@ struct UpJob {
   // This warp's part of the router logits (the RMSNorm factor comes later),
   // then the block's arrival at the grid barrier; staging overlaps the wait.
   __device__ unsigned arrive(const Part& part) const {
-    const int lane = int(threadIdx.x & 31), per = cols() / kRouterPart;
-    int row = 0;
-    const int col = part_offset(&row);
+    const int lane = int(threadIdx.x & 31), row = part.row, col = part.col;
     if (row < r.W.rows) {
-      const uint2 q = part.q;
       const float4* h4 = reinterpret_cast<const float4*>(r.h + col);
       const float4* n4 = reinterpret_cast<const float4*>(r.norm + col);
       float qx = 0.0f, sx = 0.0f;
@@ -218,21 +212,21 @@ struct UpJob {
       for (int i = 0; i < 2; ++i) {
         const float4 h = h4[i], n = n4[i];
         const float x[4] = {h.x * n.x, h.y * n.y, h.z * n.z, h.w * n.w};
-        const uint32_t w = i == 0 ? q.x : q.y;
+        const uint32_t w = i == 0 ? part.q.x : part.q.y;
 #pragma unroll
         for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
       }
       const float s = __uint_as_float(uint32_t(part.s) << 16),
                   b = __uint_as_float(uint32_t(part.b) << 16);
       const float v = warp_sum(s * qx + b * sx);
-      if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
+      if (lane == 0) r.logits[size_t(row) * parts_per_row() + (col / kRouterPart)] = v;
     }
     return grid_arrive(r.counter);
   }
   // The barrier's wait and the choice of experts (into shared memory; block 0
   // also writes ids and weights out for the down kernel).
   __device__ void route(const tile::Staged& xs, unsigned generation) const {
-    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = cols() / kRouterPart;
+    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = parts_per_row();
     grid_wait(r.counter, generation);
     // The logits, each the sum of its row's parts, gathered by the whole block
     // (independent loads), then one warp picks.

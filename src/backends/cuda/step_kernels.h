@@ -3,6 +3,8 @@
 // the names before it needs a GPU.
 #pragma once
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -19,15 +21,12 @@ inline const std::vector<std::string>& step_kernel_names() {
   return names;
 }
 
-// Throws an Error naming the first unknown name and the known ones.
+// Fails with an Error naming the first unknown name and the known ones.
 inline void check_step_kernel_names(const std::set<std::string>& names) {
   const auto& known = step_kernel_names();
   for (const std::string& n : names)
-    if (std::find(known.begin(), known.end(), n) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw Error("unknown step kernel '" + n + "' (known: " + list + ")");
-    }
+    if (std::find(known.begin(), known.end(), n) == known.end())
+      fail("unknown step kernel '{}' (known: {})", n, fmt::join(known, ", "));
 }
 
 }  // namespace tern::cuda
