@@ -88,7 +88,7 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
   auto dk = to_dev(kc), dv = to_dev(vc);
   auto dq = to_dev(std::vector<float>(size_t(H * hd))),
        dout = to_dev(std::vector<float>(size_t(H * hd)));
-  const int splits = cuda::attn_splits(n);
+  const int splits = cuda::attn_splits(n, KV);
   auto dpart = to_dev(std::vector<float>(size_t(H) * splits * (hd + 2)));
   auto dpos = to_dev(std::vector<int>{pos});
   cuda::AttnPrepArgs p{dqkv.get(), dqn.get(), dkn.get(), 1e-6f, dq.get(), dk.get(), dv.get(),
@@ -138,7 +138,9 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
                          ::testing::Values(AttnCase{4, 2, 0}, AttnCase{4, 2, 77},
-                                           AttnCase{16, 2, 300}, AttnCase{16, 2, 5000}));
+                                           AttnCase{8, 8, 40}, AttnCase{16, 2, 15},
+                                           AttnCase{16, 2, 16}, AttnCase{16, 2, 300},
+                                           AttnCase{16, 2, 5000}, AttnCase{16, 2, 70000}));
 
 }  // namespace
 }  // namespace tern::test

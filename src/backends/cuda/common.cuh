@@ -115,6 +115,17 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// The current device's SM count (queried once).
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  return sms;
+}
+
 // Launches a kernel that may overlap the previous kernel of the stream (it
 // must call pdl_wait before touching that kernel's outputs).
 template <typename... Params, typename... Args>

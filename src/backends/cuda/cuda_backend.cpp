@@ -11,7 +11,6 @@
 namespace tern::cuda {
 
 namespace {
-constexpr int kMaxSplits = 128;
 constexpr int kInitialCapacity = 4096;
 enum Slot { kPos = 0, kToken = 1, kStep = 2 };
 
@@ -79,7 +78,7 @@ void CudaBackend::init() {
   convout_ = buf(size_t(c.conv_channels()));
   gdn_y_ = buf(size_t(c.lin_value_dim()));
   q_ = buf(size_t(c.n_heads) * kHeadDim);
-  part_ = buf(size_t(c.n_heads) * kMaxSplits * (kHeadDim + 2));
+  part_ = buf(size_t(c.n_heads) * kMaxAttnSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
   rlogits_ = buf(size_t(c.n_experts + 1) * std::max(1, c.hidden / kRouterPart));
   wts_ = buf(kMaxTopK + 1);
@@ -234,7 +233,7 @@ void CudaBackend::leave_out(const std::set<std::string>& names) {
 // The step graph for the next position (re-captured when the split tier moves).
 void CudaBackend::ensure_graph(CudaSequence& s) {
   reserve(s, s.length() + 1);
-  const int splits = attn_splits(s.length() + 1);
+  const int splits = attn_splits(s.length() + 1, w_->cfg.n_kv_heads);
   if (s.graph == nullptr || splits != s.splits) {
     if (s.graph != nullptr) cudaGraphExecDestroy(s.graph), s.graph = nullptr;
     s.splits = splits;

@@ -146,8 +146,9 @@ struct AttnDecodeArgs {
   int heads = 0, kv_heads = 0, capacity = 0, splits = 1;
 };
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st);
+constexpr int kMaxAttnSplits = 128;
 // Splits used for a context of n keys (fixed per captured graph tier).
-int attn_splits(int64_t n);
+int attn_splits(int64_t n, int kv_heads);
 
 // h = embedding row of *token (4-bit affine, dequantised exactly as the CPU).
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st);

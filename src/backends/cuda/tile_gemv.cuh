@@ -116,13 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
 // One block per SM (fewer when there are fewer tile groups).
 template <typename Job>
 int blocks(const Job& job) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  return std::max(1, std::min(job.tiles() / Job::kAlign, sms));
+  return std::max(1, std::min(job.tiles() / Job::kAlign, sm_count()));
 }
 
 template <int RPW, int TB, typename Job>
