@@ -189,7 +189,7 @@ struct UpJob {
   // loaded before the PDL wait.
   struct Part {
     uint2 q;
-    uint16_t s, b;
+    uint32_t sb;
   };
   __device__ Part preload() const {
     int row = 0;
@@ -199,7 +199,7 @@ struct UpJob {
       p.q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
                                             size_t(row) * cols() + col);
       const size_t grp = size_t(row) * (cols() / kGroup) + col / kGroup;
-      p.s = r.W.s[grp], p.b = r.W.b[grp];
+      p.sb = r.W.sb[grp];
     }
     return p;
   }
@@ -222,8 +222,7 @@ struct UpJob {
 #pragma unroll
         for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
       }
-      const float s = __uint_as_float(uint32_t(part.s) << 16),
-                  b = __uint_as_float(uint32_t(part.b) << 16);
+      const float s = sb_scale(part.sb), b = sb_bias(part.sb);
       const float v = warp_sum(s * qx + b * sx);
       if (lane == 0) r.logits[size_t(row) * per + (col / kRouterPart)] = v;
     }
