@@ -58,7 +58,7 @@ struct TestMat {
   QuantBuffer qb;
   QTensor host;
   DevPtr<uint32_t> w;
-  DevPtr<uint16_t> s, b;
+  DevPtr<uint32_t> sb;
   cuda::DMat dev;
 
   TestMat(int rows, int cols, int bits, std::mt19937& g, float sd = 1.0f) {
@@ -71,8 +71,11 @@ struct TestMat {
       quantize_row(&dense[size_t(r) * cols], cols, bits, 64, &qb.packed[r * words],
                    &qb.scales[r * groups], &qb.biases[r * groups]);
     host = qb.view(rows, cols, bits, 64);
-    w = to_dev(qb.packed), s = to_dev(qb.scales), b = to_dev(qb.biases);
-    dev = cuda::DMat{w.get(), s.get(), b.get(), rows, cols, bits};
+    std::vector<uint32_t> packed_sb(qb.scales.size());
+    for (size_t i = 0; i < packed_sb.size(); ++i)
+      packed_sb[i] = cuda::scale_bias(qb.scales[i], qb.biases[i]);
+    w = to_dev(qb.packed), sb = to_dev(packed_sb);
+    dev = cuda::DMat{w.get(), sb.get(), rows, cols, bits};
   }
 };
 

@@ -16,6 +16,14 @@ __device__ __forceinline__ float bf(const __nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 
+// The scale and the bias of a DMat::sb word.
+__device__ __forceinline__ float sb_scale(uint32_t sb) {
+  return __uint_as_float(sb << 16);
+}
+__device__ __forceinline__ float sb_bias(uint32_t sb) {
+  return __uint_as_float(sb & 0xffff0000u);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "backends/cuda/check.h"
 #include "core/error.h"
@@ -44,8 +46,7 @@ DMat DeviceWeights::alloc_mat(int rows, int cols, int bits) {
   DMat m;
   m.rows = rows, m.cols = cols, m.bits = bits;
   m.w = static_cast<uint32_t*>(alloc(size_t(rows) * cols * bits / 8));
-  m.s = static_cast<uint16_t*>(alloc(size_t(rows) * (cols / kGroup) * 2));
-  m.b = static_cast<uint16_t*>(alloc(size_t(rows) * (cols / kGroup) * 2));
+  m.sb = static_cast<uint32_t*>(alloc(size_t(rows) * (cols / kGroup) * 4));
   return m;
 }
 
@@ -80,10 +81,14 @@ void put(const DMat& m, int r0, const QTensor& t) {
   check(cudaMemcpy(const_cast<uint32_t*>(m.w) + size_t(r0) * wrow, t.data, t.row_bytes() * t.rows,
                    cudaMemcpyHostToDevice),
         "upload");
-  check(cudaMemcpy(const_cast<uint16_t*>(m.s) + size_t(r0) * grow, t.scales, grow * 2 * t.rows,
-                   cudaMemcpyHostToDevice),
-        "upload");
-  check(cudaMemcpy(const_cast<uint16_t*>(m.b) + size_t(r0) * grow, t.biases, grow * 2 * t.rows,
+  std::vector<uint32_t> sb(grow * size_t(t.rows));
+  for (size_t i = 0; i < sb.size(); ++i) {
+    uint16_t s = 0, b = 0;  // the checkpoint's bf16 bits (any alignment)
+    std::memcpy(&s, t.scales + 2 * i, 2);
+    std::memcpy(&b, t.biases + 2 * i, 2);
+    sb[i] = scale_bias(s, b);
+  }
+  check(cudaMemcpy(const_cast<uint32_t*>(m.sb) + size_t(r0) * grow, sb.data(), sb.size() * 4,
                    cudaMemcpyHostToDevice),
         "upload");
 }
@@ -159,10 +164,8 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
     const size_t groups = size_t(rows) * (cols / kGroup);
     check(fill_u32(const_cast<uint32_t*>(m.w), size_t(rows) * cols * bits / 32, ++next, nullptr),
           "fill");
-    check(fill_bf16(const_cast<uint16_t*>(m.s), groups, 0.9f * s, 1.1f * s, ++next, nullptr),
-          "fill");
-    check(fill_bf16(const_cast<uint16_t*>(m.b), groups, -1.1f * mid * s, -0.9f * mid * s, ++next,
-                    nullptr),
+    check(fill_scale_bias(const_cast<uint32_t*>(m.sb), groups, 0.9f * s, 1.1f * s, -1.1f * mid * s,
+                          -0.9f * mid * s, ++next, nullptr),
           "fill");
     return m;
   };

@@ -19,11 +19,12 @@ constexpr int kMaxTopK = 8;
 constexpr int kRouterPart = 256;  // router columns per warp when routing is fused
 
 // An affine-quantised matrix on the device, MLX layout: `w` rows of cols*bits/32
-// words, `s`/`b` bf16 [rows][cols/64].
+// words, `sb` [rows][cols/64] scale|bias words.
 struct DMat {
   const uint32_t* w = nullptr;
-  const uint16_t* s = nullptr;
-  const uint16_t* b = nullptr;
+  // Per row and group: the bf16 scale in the low half, the bf16 bias in the
+  // high half (one load for both).
+  const uint32_t* sb = nullptr;
   int rows = 0, cols = 0, bits = 0;
   size_t bytes() const {
     return size_t(rows) * cols * bits / 8 + size_t(rows) * (cols / kGroup) * 4;
@@ -197,6 +198,14 @@ cudaError_t empty_kernels(int n, cudaStream_t st);
 cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st);
 // bf16 values lo + (hi-lo)*u.
 cudaError_t fill_bf16(uint16_t* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st);
+// n scale|bias words: scales uniform in [s_lo, s_hi), biases in [b_lo, b_hi).
+cudaError_t fill_scale_bias(uint32_t* p, size_t n, float s_lo, float s_hi, float b_lo, float b_hi,
+                            uint64_t seed, cudaStream_t st);
+
+// A scale and a bias (bf16 bits) as one DMat::sb word.
+inline uint32_t scale_bias(uint16_t s, uint16_t b) {
+  return uint32_t(s) | uint32_t(b) << 16;
+}
 cudaError_t fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st);
 
 }  // namespace tern::cuda

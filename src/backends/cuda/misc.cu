@@ -18,8 +18,8 @@ __global__ void embed_kernel(DMat E, const int* token, float* h) {
   const int per = 32 / E.bits, G = E.cols / kGroup;
   const uint32_t word = E.w[row * size_t(E.cols / per) + i / per];
   const uint32_t q = (word >> (E.bits * (i % per))) & ((1u << E.bits) - 1);
-  const float s = bf(reinterpret_cast<const __nv_bfloat16*>(E.s)[row * G + i / kGroup]);
-  const float b = bf(reinterpret_cast<const __nv_bfloat16*>(E.b)[row * G + i / kGroup]);
+  const uint32_t sb = E.sb[row * G + i / kGroup];
+  const float s = sb_scale(sb), b = sb_bias(sb);
   h[i] = __fadd_rn(__fmul_rn(s, float(q)), b);
 }
 
@@ -83,6 +83,17 @@ __global__ void fill_bf16_kernel(uint16_t* p, size_t n, float lo, float hi, uint
     p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(lo + (hi - lo) * unit(seed, i)));
 }
 
+__global__ void fill_scale_bias_kernel(uint32_t* p, size_t n, float s_lo, float s_hi, float b_lo,
+                                       float b_hi, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float s = s_lo + (s_hi - s_lo) * unit(seed, 2 * i),
+                b = b_lo + (b_hi - b_lo) * unit(seed, 2 * i + 1);
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(s)) |
+           uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(b))) << 16;
+  }
+}
+
 __global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
@@ -106,6 +117,12 @@ cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st) {
 
 cudaError_t fill_bf16(uint16_t* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st) {
   fill_bf16_kernel<<<1024, 256, 0, st>>>(p, n, lo, hi, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_scale_bias(uint32_t* p, size_t n, float s_lo, float s_hi, float b_lo, float b_hi,
+                            uint64_t seed, cudaStream_t st) {
+  fill_scale_bias_kernel<<<1024, 256, 0, st>>>(p, n, s_lo, s_hi, b_lo, b_hi, seed);
   return cudaGetLastError();
 }
 

@@ -185,7 +185,7 @@ struct UpJob {
   struct Part {
     int row, col;
     uint2 q;
-    uint16_t s, b;
+    uint32_t sb;
   };
   __device__ Part preload() const {
     const int task = int(blockIdx.x) * tile::kWarps + int(threadIdx.x >> 5);
@@ -196,7 +196,7 @@ struct UpJob {
       p.q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
                                             size_t(p.row) * cols() + p.col);
       const size_t grp = size_t(p.row) * (cols() / kGroup) + p.col / kGroup;
-      p.s = r.W.s[grp], p.b = r.W.b[grp];
+      p.sb = r.W.sb[grp];
     }
     return p;
   }
@@ -216,8 +216,7 @@ struct UpJob {
 #pragma unroll
         for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
       }
-      const float s = __uint_as_float(uint32_t(part.s) << 16),
-                  b = __uint_as_float(uint32_t(part.b) << 16);
+      const float s = sb_scale(part.sb), b = sb_bias(part.sb);
       const float v = warp_sum(s * qx + b * sx);
       if (lane == 0) r.logits[size_t(row) * parts_per_row() + (col / kRouterPart)] = v;
     }

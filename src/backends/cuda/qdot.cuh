@@ -141,8 +141,8 @@ __device__ __forceinline__ ChunkLoad load_chunk(const DMat& W, size_t row, int c
   const int K = W.cols, G = K / kGroup, g = c * Chunk<BITS>::kCodes / kGroup;
   ChunkLoad l;
   l.q = __ldcs(reinterpret_cast<const uint4*>(W.w + row * size_t(K * BITS / 32)) + c);
-  l.s = bf(reinterpret_cast<const __nv_bfloat16*>(W.s)[row * G + g]);
-  l.b = bf(reinterpret_cast<const __nv_bfloat16*>(W.b)[row * G + g]);
+  const uint32_t sb = W.sb[row * G + g];
+  l.s = sb_scale(sb), l.b = sb_bias(sb);
   return l;
 }
 

@@ -26,8 +26,8 @@ constexpr int kThreads = kWarps * 32;
 
 // One lane's share of one round of a 16-row tile.
 struct Load {
-  uint4 q0, q1;             // 32 codes of rows g and g+8
-  uint16_t s0, b0, s1, b1;  // scale/bias of the group this lane's accumulator holds
+  uint4 q0, q1;       // 32 codes of rows g and g+8
+  uint32_t sb0, sb1;  // scale|bias of the group this lane's accumulator holds
 };
 
 // `r0`, `r8`: rows g and g+8 (clamped to the matrix by the caller); `round`
@@ -40,10 +40,8 @@ __device__ __forceinline__ Load load(const DMat& W, uint32_t r0, uint32_t r8, in
   Load l;
   l.q0 = __ldcs(w + (r0 * (K / 32) + chunk));
   l.q1 = __ldcs(w + (r8 * (K / 32) + chunk));
-  l.s0 = __ldcs(W.s + (r0 * G + grp));
-  l.b0 = __ldcs(W.b + (r0 * G + grp));
-  l.s1 = __ldcs(W.s + (r8 * G + grp));
-  l.b1 = __ldcs(W.b + (r8 * G + grp));
+  l.sb0 = __ldcs(W.sb + (r0 * G + grp));
+  l.sb1 = __ldcs(W.sb + (r8 * G + grp));
   return l;
 }
 
@@ -179,10 +177,8 @@ __device__ __forceinline__ void round_dot(const Load& l, const Fragment& f, floa
     mma(d, pair(w0[i], 2, m), pair(w8[i], 2, m), pair(w0[i], 3, m), pair(w8[i], 3, m), f.xv[i].z,
         f.xv[i].w);
   }
-  const float s0 = __uint_as_float(uint32_t(l.s0) << 16),
-              b0 = __uint_as_float(uint32_t(l.b0) << 16);
-  const float s1 = __uint_as_float(uint32_t(l.s1) << 16),
-              b1 = __uint_as_float(uint32_t(l.b1) << 16);
+  const float s0 = sb_scale(l.sb0), b0 = sb_bias(l.sb0);
+  const float s1 = sb_scale(l.sb1), b1 = sb_bias(l.sb1);
   acc0 += s0 * (d[0] + d[1]) + (b0 - 128.0f * s0) * f.X;
   acc8 += s1 * (d[2] + d[3]) + (b1 - 128.0f * s1) * f.X;
 }
