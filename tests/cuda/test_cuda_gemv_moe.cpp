@@ -32,8 +32,9 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
 
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
-  ASSERT_EQ(cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}}, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}, {}}, nullptr),
+      cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
 
@@ -41,7 +42,7 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += got[i];
   ASSERT_EQ(
-      cuda::gemv({W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}}, nullptr),
+      cuda::gemv({W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}}, nullptr),
       cudaSuccess);
   got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "norm + add";
@@ -56,30 +57,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
 
 struct MoeCase {
   int hidden, experts, top_k, inter;
+  bool fed;  // the router logits fed by the GEMV that finishes h
 };
 
 class Moe : public ::testing::TestWithParam<MoeCase> {};
 
+// h = h0 + O x (the GEMV that finishes h, feeding the router or not), the
+// routing, the experts' gate/up and down, against the CPU.
 TEST_P(Moe, RouterExpertsMatchCpu) {
   TERN_REQUIRE_GPU();
-  const auto [D, E, k, I] = GetParam();
-  std::mt19937 g(uint32_t(D + E + k));
+  const auto [D, E, k, I, fed] = GetParam();
+  constexpr int Dx = 256;
+  std::mt19937 g(uint32_t(D + E + k + fed));
+  TestMat O(D, Dx, 4, g, 1.0f / std::sqrt(float(Dx)));
   TestMat R(E + 1, D, 8, g, 1.0f / std::sqrt(float(D)));
   TestMat GU((E + 1) * 2 * I, D, 4, g, 1.0f / std::sqrt(float(D)));
   TestMat DN((E + 1) * D, I, 4, g, 1.0f / std::sqrt(float(I)));
-  auto h = randn(size_t(D), g);
+  const auto h0 = randn(size_t(D), g), x = randn(size_t(Dx), g);
   std::vector<float> normw(static_cast<size_t>(D));
   for (float& w : normw) w = 1.0f + 0.1f * randn(1, g)[0];
-  auto dh = to_dev(h), dn = to_dev(normw);
+  auto dh = to_dev(h0), dx = to_dev(x), dn = to_dev(normw);
   auto da = to_dev(std::vector<float>(static_cast<size_t>(D))),
-       dl = to_dev(std::vector<float>(size_t(E + 1) * std::max(1, D / cuda::kRouterPart)));
+       dl = to_dev(std::vector<float>(size_t(E + 1)));
   auto dwts = to_dev(std::vector<float>(size_t(k + 1))),
        dact = to_dev(std::vector<float>(size_t((k + 1) * I)));
   auto dids = to_dev(std::vector<int>(static_cast<size_t>(k)));
-  auto dcnt = to_dev(std::vector<unsigned>(2, 0u));
+  auto dcnt = to_dev(std::vector<unsigned>(1, 0u));
+  auto dfeed = to_dev(std::vector<unsigned long long>(size_t(E + 1), 0ull));
 
   // CPU twin.
-  std::vector<float> a(static_cast<size_t>(D)), logits(size_t(E + 1));
+  std::vector<float> h(static_cast<size_t>(D)), a(static_cast<size_t>(D)), logits(size_t(E + 1));
+  cpu::matmul(O.host, x.data(), 1, h.data());
+  for (int d = 0; d < D; ++d) h[size_t(d)] += h0[size_t(d)];
   cpu::rms_norm(h.data(), normw.data(), D, 1e-6f, a.data());
   cpu::matmul(R.host, a.data(), 1, logits.data());
   const cpu::Route route = cpu::route_token(logits.data(), E, k, true);
@@ -96,15 +105,24 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
     for (int d = 0; d < D; ++d) out[size_t(d)] += wts[size_t(s)] * y[size_t(d)];
   }
 
-  // Three calls: the later ones check the counters' reset (a generation
-  // counter for the fused grid barrier).
-  for (int rep = 0; rep < 3; ++rep) {
-    cuda::RouterArgs ra{R.dev,    dh.get(),   dn.get(),   1e-6f,      da.get(),
-                        dl.get(), dcnt.get(), dids.get(), dwts.get(), k};
-    ASSERT_EQ(
-        cuda::route_experts_up(ra, {GU.dev, da.get(), dids.get(), dact.get(), E, k, I}, nullptr),
-        cudaSuccess);
+  cuda::RouterArgs ra{R.dev,      dh.get(),   dn.get(),   1e-6f, da.get(), dl.get(),
+                      dcnt.get(), dids.get(), dwts.get(), k,     nullptr};
+  const cuda::ExpertsUpArgs up{GU.dev, da.get(), dids.get(), dact.get(), E, k, I};
+  if (fed) {
+    ASSERT_TRUE(cuda::router_fed(O.dev, ra, up));
+    ra.fed = dfeed.get();
   }
+  const cuda::RouterFeed feed{R.dev, dn.get(), ra.fed};
+  // Three tokens: the later ones check that the feed and the counter reset.
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_EQ(cudaMemcpy(dh.get(), h0.data(), h0.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(
+        cuda::gemv({O.dev, dx.get(), nullptr, 0, dh.get(), cuda::GemvOut::add, {}, feed}, nullptr),
+        cudaSuccess);
+    ASSERT_EQ(cuda::route_experts_up(ra, up, nullptr), cudaSuccess);
+  }
+  EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), h), kRel * max_abs(h));
   const auto ids = to_host(dids.get(), size_t(k));
   EXPECT_EQ(ids, route.experts);
   EXPECT_LE(max_diff(to_host(dwts.get(), size_t(k + 1)), wts), 1e-5f);
@@ -115,9 +133,11 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), out), kRel * 4 * max_abs(out));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Moe,
-                         ::testing::Values(MoeCase{64, 16, 4, 64}, MoeCase{128, 16, 4, 64},
-                                           MoeCase{1024, 128, 8, 256}, MoeCase{2048, 256, 8, 512}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Moe,
+    ::testing::Values(MoeCase{64, 16, 4, 64, false}, MoeCase{128, 16, 4, 64, false},
+                      MoeCase{128, 16, 4, 64, true}, MoeCase{1024, 128, 8, 256, true},
+                      MoeCase{2048, 256, 8, 512, false}, MoeCase{2048, 256, 8, 512, true}));
 
 }  // namespace
 }  // namespace tern::test

@@ -68,37 +68,6 @@ __device__ inline bool last_block(unsigned* counter) {
   return last_block(counter, gridDim.x);
 }
 
-// A grid barrier in two halves, so a block can work between arriving and
-// waiting (bar: [arrivals, generation], zero before first use; the arrivals
-// reset themselves). Only for grids whose blocks are all resident at once (at
-// most one block per SM) and that let their dependents launch only after the
-// wait: an early dependent block could otherwise hold the slot a missing block
-// needs. grid_arrive comes after the block's global writes; every thread calls
-// both, and thread 0 carries the generation from one to the other.
-__device__ inline unsigned grid_arrive(unsigned* bar) {
-  __threadfence();
-  __syncthreads();
-  unsigned g = 0;
-  if (threadIdx.x == 0) {
-    g = *static_cast<volatile unsigned*>(bar + 1);  // cannot move until all have arrived
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      bar[0] = 0;
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    }
-  }
-  return g;
-}
-
-__device__ inline void grid_wait(unsigned* bar, unsigned g) {
-  if (threadIdx.x == 0) {
-    while (*static_cast<volatile unsigned*>(bar + 1) == g) {
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
 // The step's token choice handed to the next step (arg-max and sampler alike):
 // its input token, the output ring, and the step and position counters.
 template <typename Args>
@@ -121,6 +90,26 @@ __device__ __forceinline__ void pdl_wait() {
 }
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Asynchronous copies into shared memory (cp.async): a thread waits only for
+// its own groups, so data a thread copies and reads back itself needs no
+// barrier. `valid` false zero-fills the destination.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // The current device's SM count (queried once).

@@ -80,13 +80,14 @@ void CudaBackend::init() {
   q_ = buf(size_t(c.n_heads) * kHeadDim);
   part_ = buf(size_t(c.n_heads) * kMaxAttnSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
-  rlogits_ = buf(size_t(c.n_experts + 1) * std::max(1, c.hidden / kRouterPart));
+  rlogits_ = buf(size_t(c.n_experts + 1));
+  feed_ = reinterpret_cast<unsigned long long*>(buf(2 * size_t(c.n_experts + 1)));
   wts_ = buf(kMaxTopK + 1);
   act_ = buf(size_t(kMaxTopK + 1) * c.moe_inter);
   logits_ = buf(size_t(c.vocab));
   amax_ = buf(2 * 1024);
   ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
-  counters_ = reinterpret_cast<unsigned*>(buf(3));
+  counters_ = reinterpret_cast<unsigned*>(buf(2));
   gdn_counters_ = reinterpret_cast<unsigned*>(buf(size_t(c.lin_v_heads)));
   sample_scratch_ = buf((sample_scratch_bytes(c.vocab) + 3) / 4);
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
@@ -159,7 +160,14 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   launch("embed", [&] { return embed(W.embed, s.ints + kToken, h_, st); });
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
-    if (L.type == LayerType::linear_attention) {
+    const bool linear = L.type == LayerType::linear_attention;
+    RouterArgs r{L.router,  h_,   L.post_norm, c.rms_eps, a_,     rlogits_,
+                 counters_, ids_, wts_,        c.top_k,   nullptr};
+    const ExpertsUpArgs up{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
+    // The GEMV that finishes h feeds the router where the shapes allow.
+    if (router_fed(linear ? L.out : L.o, r, up)) r.fed = feed_;
+    const RouterFeed feed{L.router, L.post_norm, r.fed};
+    if (linear) {
       const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;
       GemvArgs in{L.in_proj,
                   h_,
@@ -167,7 +175,8 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   c.rms_eps,
                   proj_,
                   GemvOut::conv,
-                  ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
+                  ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel},
+                  {}};
       launch("gdn_in", [&] { return gemv(in, st); });
       GdnStepArgs g{convout_,
                     proj_ + C,
@@ -184,11 +193,11 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                     Hv};
       launch("gdn_step", [&] { return gdn_step(g, st); });
       launch("gdn_out", [&] {
-        return gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}}, st);
+        return gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}, feed}, st);
       });
     } else {
       launch("qkv", [&] {
-        return gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}}, st);
+        return gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}, {}}, st);
       });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
@@ -198,28 +207,24 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
-        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}}, st);
+        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}, feed}, st);
       });
     }
-    RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
-                 rlogits_, counters_, ids_,        wts_,      c.top_k};
-    launch("route_up", [&] {
-      return route_experts_up(
-          r, ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter}, st);
-    });
+    launch("route_up", [&] { return route_experts_up(r, up, st); });
     launch("down", [&] {
       return experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st);
     });
   }
   launch("lm_head", [&] {
-    return gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}}, st);
+    return gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}, {}},
+                st);
   });
   if (s.sampled) {
     SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,
                   s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
     check(sample_advance(sa, st), "sampler");
   } else {
-    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 2, s.ints + kToken, s.out,
+    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
                   kOutRing - 1, s.ints + kStep, pos};
     check(argmax_advance(am, st), "argmax");
   }

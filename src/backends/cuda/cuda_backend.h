@@ -89,8 +89,9 @@ class CudaBackend : public Backend {
   float *h_, *a_, *proj_, *convout_, *gdn_y_, *q_, *part_, *attn_, *rlogits_, *wts_, *act_,
       *logits_, *amax_;
   int* ids_;
-  unsigned* counters_;      // [router (2), argmax]
-  unsigned* gdn_counters_;  // [Hv], gdn_step's per value head
+  unsigned* counters_;        // [router, argmax]
+  unsigned long long* feed_;  // [n_experts + 1] router logits fed by o_proj / out_proj
+  unsigned* gdn_counters_;    // [Hv], gdn_step's per value head
   void* sample_scratch_;
   int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
   cudaEvent_t id_ready_[2] = {};

@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 }
 
 // The tensor-core path (tile_gemv.cuh) for 4-bit matrices: rows in order,
-// weights loaded before the previous kernel ends.
+// weights loaded before the previous kernel ends. Feeding a router (one tile
+// per block), the block's 16 columns of every router row (16 codes and their
+// group's scale|bias word) are copied into shared memory before the wait.
 struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true, kRoutes = false;
@@ -79,6 +81,22 @@ struct DenseJob {
   __host__ __device__ int tiles() const { return (a.W.rows + 15) / 16; }
   __host__ __device__ int rounds() const { return a.W.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.W.cols; }
+  __host__ __device__ size_t extra_floats() const {
+    const size_t rows = a.feed.acc != nullptr ? size_t(a.feed.W.rows) : 0;
+    return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
+  }
+  __device__ void before_wait(float* extra) const {
+    const DMat& R = a.feed.W;
+    if (a.feed.acc == nullptr) return;
+    uint4* q = reinterpret_cast<uint4*>(extra);
+    uint32_t* sb = reinterpret_cast<uint32_t*>(q + R.rows);
+    const int c0 = int(blockIdx.x) * 16;
+    for (int e = int(threadIdx.x); e < R.rows; e += int(blockDim.x)) {
+      cp_async16(q + e, reinterpret_cast<const uint8_t*>(R.w) + size_t(e) * R.cols + c0);
+      cp_async4(sb + e, R.sb + size_t(e) * (R.cols / kGroup) + c0 / kGroup);
+    }
+    cp_async_commit();
+  }
   __device__ tile::Load load(int t, int round) const {
     const int row = t * 16 + int((threadIdx.x & 31) >> 2), last = a.W.rows - 1;
     return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
@@ -88,7 +106,41 @@ struct DenseJob {
   }
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x), row = b0 * 16 + i;
-    if (i < s.stride && b0 + i / 16 < t1 && row < a.W.rows) finish_row(a, row, s.row(i));
+    const bool mine = i < s.stride && b0 + i / 16 < t1 && row < a.W.rows;
+    if (a.feed.acc == nullptr) {
+      if (mine) finish_row(a, row, s.row(i));
+      return;
+    }
+    // Feeding: y += sums (GemvOut::add), then the router's share of this
+    // block's 16 rows. The copies before the wait are the first shared floats.
+    __shared__ float x[16];
+    if (i < 16) {
+      float v = 0.0f;
+      if (mine) {
+        v = a.y[row] + s.row(i);
+        a.y[row] = v;
+        v *= a.feed.norm[row];
+      }
+      x[i] = v;
+    }
+    __syncthreads();
+    cp_async_wait<0>();
+    extern __shared__ float4 sm4[];
+    const DMat& R = a.feed.W;
+    const uint4* q = reinterpret_cast<const uint4*>(sm4);
+    const uint32_t* sb = reinterpret_cast<const uint32_t*>(q + R.rows);
+    float sx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sx += x[j];
+    for (int e = i; e < R.rows; e += int(blockDim.x)) {
+      const uint4 c = q[e];
+      const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+      float qx = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) qx += byte_to_float(w[j / 4], j % 4) * x[j];
+      const float v = sb_scale(sb[e]) * qx + sb_bias(sb[e]) * sx;
+      atomicAdd(a.feed.acc + e, static_cast<unsigned long long>(__float2ll_rn(v * 0x1p32f)));
+    }
   }
 };
 
@@ -110,9 +162,22 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+namespace {
+bool tiled(const DMat& W) {
+  return W.bits == 4 && W.cols % tile::kRound == 0 && W.cols / tile::kRound <= 2 * tile::kWarps;
+}
+}  // namespace
+
+bool gemv_feeds(const DMat& W) {
+  return tiled(W) && (W.rows + 15) / 16 <= sm_count();
+}
+
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   const DenseJob job{a};
-  if (a.W.bits == 4 && a.W.cols % tile::kRound == 0 && job.rounds() <= 2 * tile::kWarps)
+  if (a.feed.acc != nullptr && (a.out != GemvOut::add || !gemv_feeds(a.W) || a.feed.W.bits != 8 ||
+                                a.feed.W.cols != a.W.rows || a.W.rows % 16 != 0))
+    return cudaErrorInvalidValue;
+  if (tiled(a.W))
     return job.rounds() <= tile::kWarps ? tile::launch<1, 3>(job, st) : tile::launch<2, 1>(job, st);
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);

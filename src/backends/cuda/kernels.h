@@ -16,7 +16,6 @@ constexpr int kGroup = 64;     // quantisation group (checked at load)
 constexpr int kGdnDim = 128;   // GDN key and value head width (checked at load)
 constexpr int kHeadDim = 256;  // attention head width (checked at load)
 constexpr int kMaxTopK = 8;
-constexpr int kRouterPart = 256;  // router columns per warp when routing is fused
 
 // An affine-quantised matrix on the device, MLX layout: `w` rows of cols*bits/32
 // words, `sb` [rows][cols/64] scale|bias words.
@@ -44,6 +43,16 @@ struct ConvArgs {
   int channels = 0, kernel = 0;
 };
 
+// The next router's logits, fed by the GEMV that finishes h (GemvOut::add):
+// every block adds its rows' share of router(h * norm), before the RMSNorm
+// factor, into `acc` in 2^-32 fixed point, so the sums come out the same in
+// any order. route_experts_up reads and re-zeroes them.
+struct RouterFeed {
+  DMat W;                             // the 8-bit router; W.cols = the GEMV's rows
+  const float* norm = nullptr;        // the post-attention RMSNorm weight
+  unsigned long long* acc = nullptr;  // [W.rows], zero before the first feed
+};
+
 struct GemvArgs {
   DMat W;
   const float* x = nullptr;     // [W.cols]
@@ -51,9 +60,13 @@ struct GemvArgs {
   float eps = 1e-6f;
   float* y = nullptr;  // [W.rows]
   GemvOut out = GemvOut::store;
-  ConvArgs conv;  // GemvOut::conv only
+  ConvArgs conv;    // GemvOut::conv only
+  RouterFeed feed;  // GemvOut::add only, where gemv_feeds(W)
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
+// Whether a GEMV over W can feed a router (the tensor-core path with one
+// 16-row tile per block).
+bool gemv_feeds(const DMat& W);
 
 // Router of one token: RMSNorm(h)*norm, logits of the stacked [router;
 // shared_expert_gate] 8-bit matrix, softmax over the experts, top-k,
@@ -64,11 +77,12 @@ struct RouterArgs {
   const float* norm = nullptr;
   float eps = 1e-6f;
   float* a = nullptr;           // [hidden] normalised input (scratch)
-  float* logits = nullptr;      // [(n_experts + 1) * max(1, hidden / kRouterPart)] scratch
-  unsigned* counter = nullptr;  // [2] zero before the first call; reset by the kernels
+  float* logits = nullptr;      // [n_experts + 1] scratch
+  unsigned* counter = nullptr;  // zero before the first call; reset by the kernels
   int* ids = nullptr;           // [top_k]
   float* wts = nullptr;         // [top_k + 1]
   int top_k = 0;
+  unsigned long long* fed = nullptr;  // the logits fed by the GEMV before (RouterFeed::acc)
 };
 
 // gate+up+SwiGLU of the top_k routed experts and the shared expert (stacked as
@@ -81,11 +95,13 @@ struct ExpertsUpArgs {
   int n_experts = 0, top_k = 0, inter = 0;
 };
 // Routes the token (r) and runs the experts' gate/up (u, whose a and ids are
-// r's). Where the tensor-core GEMV takes the shapes this is one launch: every
-// block computes a share of the router logits, a grid barrier, every block
-// picks the experts, then the GEMV; otherwise a router launch (the last block
-// picks) and a gate/up launch.
+// r's). With fed logits (r.fed, where router_fed allows) this is one launch:
+// every block reads the logits, picks the experts and runs its share of the
+// tensor-core GEMV; otherwise a router launch (the last block picks) and a
+// gate/up launch.
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st);
+// Whether the GEMV over `producer` can feed router r for gate/up u.
+bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& u);
 
 // h[d] += sum_slot wts[slot] * down_e(act[slot])[d] over the routed and shared experts.
 struct ExpertsDownArgs {

@@ -146,10 +146,11 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
 // 8-15, so every tile finishes SwiGLU on its own (and blocks' shares of the
 // tiles need no pairing, which keeps every block within two batches). Rows
 // depend on the routing, so loads wait for it. With kRoutes_ the job routes
-// the token itself (r): the router's 8-bit rows are split into 256-column
-// parts, one per warp of the grid; the grid barrier's arrival; staging while
-// the other blocks arrive; then every block gathers the logits and picks the
-// experts into shared memory (block 0 also writes them out for down).
+// the token itself from the logits the previous GEMV fed (r.fed): every block
+// reads them (thread e logit e, before staging), scales them by the staged
+// RMSNorm factor and picks the experts into shared memory (block 0 also writes
+// them out for down); the last block to have read them zeroes them for the
+// next layer's feed.
 template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
@@ -160,8 +161,8 @@ struct UpJob {
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
-  __host__ __device__ int parts_per_row() const { return r.W.cols / kRouterPart; }
-  __host__ __device__ int parts() const { return r.W.rows * parts_per_row(); }
+  __host__ __device__ size_t extra_floats() const { return 0; }
+  __device__ void before_wait(float*) const {}
   static __device__ int* routed() {
     __shared__ int ids[kMaxTopK];
     return ids;
@@ -179,64 +180,17 @@ struct UpJob {
     if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
-  // A lane's share of this warp's router part (one row, 256 columns): the
-  // row, its first column and its 8 codes with their group's scale and bias,
-  // loaded before the PDL wait (constants).
-  struct Part {
-    int row, col;
-    uint2 q;
-    uint32_t sb;
-  };
-  __device__ Part preload() const {
-    const int task = int(blockIdx.x) * tile::kWarps + int(threadIdx.x >> 5);
-    Part p{};
-    p.row = task / parts_per_row();
-    p.col = (task % parts_per_row()) * kRouterPart + int(threadIdx.x & 31) * 8;
-    if (p.row < r.W.rows) {
-      p.q = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(r.W.w) +
-                                            size_t(p.row) * cols() + p.col);
-      const size_t grp = size_t(p.row) * (cols() / kGroup) + p.col / kGroup;
-      p.sb = r.W.sb[grp];
-    }
-    return p;
+  // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor).
+  __device__ long long fetch() const {
+    const int e = int(threadIdx.x);
+    return e < r.W.rows ? static_cast<long long>(__ldcg(r.fed + e)) : 0;
   }
-  // This warp's part of the router logits (the RMSNorm factor comes later),
-  // then the block's arrival at the grid barrier; staging overlaps the wait.
-  __device__ unsigned arrive(const Part& part) const {
-    const int lane = int(threadIdx.x & 31), row = part.row, col = part.col;
-    if (row < r.W.rows) {
-      const float4* h4 = reinterpret_cast<const float4*>(r.h + col);
-      const float4* n4 = reinterpret_cast<const float4*>(r.norm + col);
-      float qx = 0.0f, sx = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float4 h = h4[i], n = n4[i];
-        const float x[4] = {h.x * n.x, h.y * n.y, h.z * n.z, h.w * n.w};
-        const uint32_t w = i == 0 ? part.q.x : part.q.y;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) qx += byte_to_float(w, j) * x[j], sx += x[j];
-      }
-      const float s = sb_scale(part.sb), b = sb_bias(part.sb);
-      const float v = warp_sum(s * qx + b * sx);
-      if (lane == 0) r.logits[size_t(row) * parts_per_row() + (col / kRouterPart)] = v;
-    }
-    return grid_arrive(r.counter);
-  }
-  // The barrier's wait and the choice of experts (into shared memory; block 0
-  // also writes ids and weights out for the down kernel).
-  __device__ void route(const tile::Staged& xs, unsigned generation) const {
-    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1, per = parts_per_row();
-    grid_wait(r.counter, generation);
-    // The logits, each the sum of its row's parts, gathered by the whole block
-    // (independent loads), then one warp picks.
-    __shared__ float p[kMaxExperts + 1];
-    for (int e = int(threadIdx.x); e <= E; e += tile::kThreads) {
-      float v = 0.0f;
-#pragma unroll 8
-      for (int i = 0; i < per; ++i) v += __ldcg(r.logits + size_t(e) * per + i);
-      p[e] = v * xs.scale;
-    }
-    __syncthreads();
+  __device__ void route(const tile::Staged& xs, long long fed) const {
+    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1;
+    __shared__ float p[tile::kThreads];
+    p[threadIdx.x] = float(fed) * 0x1p-32f * xs.scale;
+    // Every block has its copy; the last one zeroes the feed.
+    if (last_block(r.counter) && int(threadIdx.x) <= E) r.fed[threadIdx.x] = 0;
     if (threadIdx.x < 32) {
       const Choice c = choose_experts(p, E, a.top_k);
       if (lane < a.top_k) routed()[lane] = c.id;
@@ -268,6 +222,8 @@ struct DownJob {
   __host__ __device__ int tiles() const { return hidden() / 16; }
   __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
+  __host__ __device__ size_t extra_floats() const { return 0; }
+  __device__ void before_wait(float*) const {}
   __device__ tile::Load load(int t, int round) const {
     const int slot = round / slot_rounds(), g = int((threadIdx.x & 31) >> 2);
     const uint32_t row = uint32_t(slot_expert(a, slot) * hidden() + t * 16 + g);
@@ -298,17 +254,30 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+namespace {
+bool up_tiled(const ExpertsUpArgs& u) {
+  const UpJob<false> job{u, {}};
+  return u.gate_up.bits == 4 && job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps &&
+         u.inter % 8 == 0;
+}
+}  // namespace
+
+bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& u) {
+  return gemv_feeds(producer) && producer.rows % 16 == 0 && r.W.bits == 8 &&
+         r.W.cols == producer.rows && r.W.cols == u.gate_up.cols && r.W.rows <= tile::kThreads &&
+         r.top_k <= kMaxTopK && up_tiled(u);
+}
+
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st) {
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
-  const UpJob<true> job{u, r};
-  const bool tiled =
-      job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps && u.inter % 8 == 0;
-  if (tiled && r.W.bits == 8 && r.W.cols == job.cols() && job.cols() % kRouterPart == 0 &&
-      r.W.rows - 1 <= kMaxExperts && r.top_k <= kMaxTopK &&
-      job.parts() <= tile::blocks(job) * tile::kWarps)
-    return tile::launch<1, 3>(job, st);
+  if (r.fed != nullptr) {
+    if (r.W.bits != 8 || r.W.cols != u.gate_up.cols || r.W.rows > tile::kThreads ||
+        r.top_k > kMaxTopK || !up_tiled(u))
+      return cudaErrorInvalidValue;
+    return tile::launch<1, 3>(UpJob<true>{u, r}, st);
+  }
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
-  if (tiled) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);
+  if (up_tiled(u)) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);
   const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);

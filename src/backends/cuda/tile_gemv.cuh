@@ -8,18 +8,18 @@
 //
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
-//   static constexpr bool kRoutes; // picks its rows itself: calls preload()
-//                                  // before the PDL wait (router weights into
-//                                  // registers), arrive(part) after it
-//                                  // (its share of the routing, then a grid
-//                                  // barrier's arrival) and route(staged, g)
-//                                  // after staging (the barrier's wait, the
-//                                  // choice); dependents launch after that
+//   static constexpr bool kRoutes; // picks its rows itself: fetch() after the
+//                                  // PDL wait (the fed router logits into
+//                                  // registers), route(staged, fetched) after
+//                                  // staging (the choice); dependents launch
+//                                  // after that
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
+//   size_t extra_floats() const;   // shared memory of its own, ahead of staging
+//   void before_wait(float* extra) const;  // copies that need no earlier kernel
 //   tile::Load load(int tile, int round) const;
-//   tile::Staged stage(float* smem, float** red) const;
+//   tile::Staged stage(float* smem, float** red) const;  // smem: after the extra
 //   void finish(int b0, int t1, const tile::Sums& s) const;  // all threads call it
 #pragma once
 
@@ -62,21 +62,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   };
   Batch ld0, ld1;
   auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
+  float* const sm = reinterpret_cast<float*>(sm4);
   if constexpr (Job::kEarly) start();
-  [[maybe_unused]] const auto part = [&] {
+  job.before_wait(sm);
+  pdl_wait();
+  if constexpr (!Job::kEarly && !Job::kRoutes) start();
+  [[maybe_unused]] const auto fetched = [&] {
     if constexpr (Job::kRoutes)
-      return job.preload();
+      return job.fetch();
     else
       return 0;
   }();
-  pdl_wait();
-  if constexpr (!Job::kEarly && !Job::kRoutes) start();
-  [[maybe_unused]] unsigned generation = 0;
-  if constexpr (Job::kRoutes) generation = job.arrive(part);
   float* red = nullptr;
-  const Staged xs = job.stage(reinterpret_cast<float*>(sm4), &red);
+  const Staged xs = job.stage(sm + job.extra_floats(), &red);
   if constexpr (Job::kRoutes) {
-    job.route(xs, generation);
+    job.route(xs, fetched);
     pdl_launch_dependents();
     start();
   }
@@ -122,7 +122,8 @@ int blocks(const Job& job) {
 template <int RPW, int TB, typename Job>
 cudaError_t launch(const Job& job, cudaStream_t st) {
   if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
-  const size_t smem = stage_bytes(job.cols(), 2 * kWarps * TB * 16);
+  const size_t smem =
+      stage_bytes(job.cols(), 2 * kWarps * TB * 16) + sizeof(float) * job.extra_floats();
   const int blocks = tile::blocks(job);
   return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks), dim3(kThreads), smem, st, job);
 }
