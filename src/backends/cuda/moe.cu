@@ -18,46 +18,54 @@ __device__ __forceinline__ int slot_expert(const Args& a, int slot) {
   return slot < a.top_k ? a.ids[slot] : a.n_experts;
 }
 
-// A lane's share of the expert choice: lane i < top_k holds the i-th expert
-// and its renormalised weight; every lane holds the shared expert's gate.
+// One warp's top-k of the E expert logits in l (ties to the lower index, as
+// on the CPU): lane t < top_k gets the t-th expert and its logit. Each round
+// is two warp reductions (redux.sync) on keys that order like the floats.
+// The order is the same for any positive scale of the logits, so the experts
+// can be picked before the RMSNorm factor is known.
 struct Choice {
   int id;
-  float w, shared_gate;
+  float logit;
 };
-
-// One warp: softmax over the E expert logits in p (shared memory, rewritten;
-// p[E] is the shared expert gate's), top-k by probability (ties to the lower
-// index, as on the CPU), weights renormalised over the k. Each round is two
-// warp reductions (redux.sync) on keys that order like the probabilities.
-__device__ Choice choose_experts(float* p, int E, int top_k) {
+__device__ Choice pick_experts(const float* l, int E, int top_k) {
   const int lane = threadIdx.x & 31;
-  float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
-  mx = warp_max(mx);
-  float part = 0.0f;
-  for (int e = lane; e < E; e += 32) part += (p[e] = expf(p[e] - mx));
-  const float sum = warp_sum(part);
-  __syncwarp();
-  float total = 0.0f;
-  Choice c{0, 0.0f, sigmoidf(p[E])};
+  Choice c{0, 0.0f};
   unsigned taken = 0;  // bit i: this lane's entry lane + 32 i is chosen
   for (int t = 0; t < top_k; ++t) {
-    // Probabilities are >= 0, so their bits order like unsigned ints; +1
-    // keeps 0 for the entries already chosen.
+    // Sign-flipped bits order like the floats and are never 0, which marks
+    // the entries already chosen.
     unsigned best = 0, bi = ~0u;
     for (int i = 0, e = lane; e < E; ++i, e += 32) {
-      const unsigned key = (taken >> i & 1u) ? 0u : __float_as_uint(p[e]) + 1u;
+      const unsigned u = __float_as_uint(l[e]);
+      const unsigned key = (taken >> i & 1u) ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
       if (key > best) best = key, bi = unsigned(e);
     }
     const unsigned top = __reduce_max_sync(kFull, best);
     const unsigned id = __reduce_min_sync(kFull, best == top ? bi : ~0u);
-    const float pv = __uint_as_float(top - 1u);
-    total += pv / sum;
-    if (lane == t) c.w = pv / sum, c.id = int(id);
+    if (lane == t) c.id = int(id), c.logit = l[id];
     if (lane == int(id % 32)) taken |= 1u << (id / 32);
   }
-  c.w /= total;
   return c;
+}
+
+// The routing weights of a warp's choice (lanes < top_k): the softmax over
+// all experts renormalised over the chosen k, which is the softmax over the k
+// (the full normaliser cancels). `scale` multiplies the logits.
+__device__ float expert_weight(const Choice& c, int top_k, float scale) {
+  const bool mine = int(threadIdx.x & 31) < top_k;
+  const float m = warp_max(mine ? c.logit : -INFINITY);
+  const float e = mine ? expf(scale * (c.logit - m)) : 0.0f;
+  return e / warp_sum(e);
+}
+
+// Writes the choice out for the down kernel: ids, weights and the shared
+// expert's gate (from its logit, l[E] unscaled). One warp.
+template <typename Args>
+__device__ void write_choice(const Args& a, const Choice& c, float shared_logit, float scale) {
+  const int lane = threadIdx.x & 31;
+  const float w = expert_weight(c, a.top_k, scale);
+  if (lane < a.top_k) a.ids[lane] = c.id, a.wts[lane] = w;
+  if (lane == 0) a.wts[a.top_k] = sigmoidf(scale * shared_logit);
 }
 
 __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
@@ -81,10 +89,7 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   __shared__ float p[kMaxExperts + 1];
   for (int e = threadIdx.x; e <= E; e += kThreads) p[e] = __ldcg(a.logits + e);
   __syncthreads();
-  if (warp != 0) return;
-  const Choice c = choose_experts(p, E, a.top_k);
-  if (lane < a.top_k) a.ids[lane] = c.id, a.wts[lane] = c.w;
-  if (lane == 0) a.wts[a.top_k] = c.shared_gate;
+  if (warp == 0) write_choice(a, pick_experts(p, E, a.top_k), p[E], 1.0f);
 }
 
 __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
@@ -147,10 +152,10 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
 // tiles need no pairing, which keeps every block within two batches). Rows
 // depend on the routing, so loads wait for it. With kRoutes_ the job routes
 // the token itself from the logits the previous GEMV fed (r.fed): every block
-// reads them (thread e logit e, before staging), scales them by the staged
-// RMSNorm factor and picks the experts into shared memory (block 0 also writes
-// them out for down); the last block to have read them zeroes them for the
-// next layer's feed.
+// reads them (thread e logit e) and picks the experts into shared memory
+// before staging; block 0 writes them out for down with their weights, which
+// need the staged RMSNorm factor; the last block to have read the feed zeroes
+// it for the next layer's.
 template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
@@ -185,21 +190,34 @@ struct UpJob {
     const int e = int(threadIdx.x);
     return e < r.W.rows ? static_cast<long long>(__ldcg(r.fed + e)) : 0;
   }
-  __device__ void route(const tile::Staged& xs, long long fed) const {
-    const int lane = int(threadIdx.x & 31), E = r.W.rows - 1;
+  // The experts, into shared memory, before staging: their order does not
+  // depend on the RMSNorm factor.
+  static __device__ float* logits() {
     __shared__ float p[tile::kThreads];
-    p[threadIdx.x] = float(fed) * 0x1p-32f * xs.scale;
-    // Every block has its copy; the last one zeroes the feed.
-    if (last_block(r.counter) && int(threadIdx.x) <= E) r.fed[threadIdx.x] = 0;
+    return p;
+  }
+  static __device__ Choice* choice() {
+    __shared__ Choice c[32];
+    return c;
+  }
+  __device__ void route(long long fed) const {
+    float* p = logits();
+    p[threadIdx.x] = float(fed) * 0x1p-32f;
+    __syncthreads();
     if (threadIdx.x < 32) {
-      const Choice c = choose_experts(p, E, a.top_k);
-      if (lane < a.top_k) routed()[lane] = c.id;
-      if (blockIdx.x == 0) {
-        if (lane < a.top_k) r.ids[lane] = c.id, r.wts[lane] = c.w;
-        if (lane == 0) r.wts[a.top_k] = c.shared_gate;
-      }
+      const Choice c = pick_experts(p, r.W.rows - 1, a.top_k);
+      choice()[threadIdx.x] = c;
+      if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
     }
     __syncthreads();
+  }
+  // After staging (the loads are out): block 0 writes the choice for down
+  // with the weights (scaled logits); the last block to have read the feed
+  // zeroes it for the next layer.
+  __device__ void settle(const tile::Staged& xs) const {
+    if (blockIdx.x == 0 && threadIdx.x < 32)
+      write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.scale);
+    if (last_block(r.counter) && int(threadIdx.x) < r.W.rows) r.fed[threadIdx.x] = 0;
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
   __device__ void finish(int b0, int t1, const tile::Sums& s) const {

@@ -8,11 +8,10 @@
 //
 // A Job says which rows a (tile, round) reads and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
-//   static constexpr bool kRoutes; // picks its rows itself: fetch() after the
-//                                  // PDL wait (the fed router logits into
-//                                  // registers), route(staged, fetched) after
-//                                  // staging (the choice); dependents launch
-//                                  // after that
+//   static constexpr bool kRoutes; // picks its rows itself after the PDL
+//                                  // wait: route(fetch()), then dependents
+//                                  // launch and loads go out; settle(staged)
+//                                  // after staging
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
@@ -67,19 +66,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   job.before_wait(sm);
   pdl_wait();
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
-  [[maybe_unused]] const auto fetched = [&] {
-    if constexpr (Job::kRoutes)
-      return job.fetch();
-    else
-      return 0;
-  }();
-  float* red = nullptr;
-  const Staged xs = job.stage(sm + job.extra_floats(), &red);
   if constexpr (Job::kRoutes) {
-    job.route(xs, fetched);
+    job.route(job.fetch());
     pdl_launch_dependents();
     start();
   }
+  float* red = nullptr;
+  const Staged xs = job.stage(sm + job.extra_floats(), &red);
+  if constexpr (Job::kRoutes) job.settle(xs);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
