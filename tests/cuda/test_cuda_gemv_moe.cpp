@@ -83,7 +83,7 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
        dact = to_dev(std::vector<float>(size_t((k + 1) * I)));
   auto dids = to_dev(std::vector<int>(static_cast<size_t>(k)));
   auto dcnt = to_dev(std::vector<unsigned>(1, 0u));
-  auto dfeed = to_dev(std::vector<unsigned long long>(size_t(E + 1), 0ull));
+  auto dfeed = to_dev(std::vector<unsigned long long>(size_t(cuda::kFeedCopies) * (E + 1), 0ull));
 
   // CPU twin.
   std::vector<float> h(static_cast<size_t>(D)), a(static_cast<size_t>(D)), logits(size_t(E + 1));

@@ -81,7 +81,7 @@ void CudaBackend::init() {
   part_ = buf(size_t(c.n_heads) * kMaxAttnSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
   rlogits_ = buf(size_t(c.n_experts + 1));
-  feed_ = reinterpret_cast<unsigned long long*>(buf(2 * size_t(c.n_experts + 1)));
+  feed_ = reinterpret_cast<unsigned long long*>(buf(2 * size_t(kFeedCopies) * (c.n_experts + 1)));
   wts_ = buf(kMaxTopK + 1);
   act_ = buf(size_t(kMaxTopK + 1) * c.moe_inter);
   logits_ = buf(size_t(c.vocab));

@@ -31,6 +31,8 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
 
   __shared__ float q[kD], k[kD], red[3][kThreads / 32], pk[kGroups][kCols], pq[kGroups][kCols];
   const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
+  // Every input of the step goes out at once (one round trip to L2).
+  const float v = a.conv[2 * key_dim + n * kD + j], beta_in = a.beta_in[n], a_in = a.a_in[n];
   if (t < kD)
     q[t] = a.conv[m * kD + t];
   else
@@ -48,8 +50,8 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   for (int w = 0; w < kThreads / 32; ++w) qq += red[0][w], kk += red[1][w], qk += red[2][w];
   const float inv_q = rsqrtf(float(kD)) / sqrtf(qq + 1e-6f), inv_k = 1.0f / sqrtf(kk + 1e-6f);
   const float kq = qk * inv_q * inv_k;
-  const float beta = sigmoidf(a.beta_in[n]);
-  const float x = a.a_in[n] + dt_bias;
+  const float beta = sigmoidf(beta_in);
+  const float x = a_in + dt_bias;
   const float alpha = expf(-expf(a_log) * (x > 20.0f ? x : log1pf(expf(x))));
 
   float sk = 0.0f, sq = 0.0f;
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
     sk += pk[r][lane];
     sq += pq[r][lane];
   }
-  const float u = beta * (a.conv[2 * key_dim + n * kD + j] - alpha * sk);
+  const float u = beta * (v - alpha * sk);
 #pragma unroll
   for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * inv_k * u;
   float* y = a.y + n * kD;

@@ -13,6 +13,18 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The conv of channel r < channels with its new input acc: w = its Kc
+// weights, st = its state column (stride apart; a copy or cv.state itself).
+__device__ __forceinline__ void conv_row(const ConvArgs& cv, int r, float acc, const float* w,
+                                         const float* st, int stride) {
+  const int Kc = cv.kernel, Ch = cv.channels;
+  float s = w[Kc - 1] * acc;
+  for (int j = 0; j < Kc - 1; ++j) s += w[j] * st[j * stride];
+  cv.out[r] = siluf(s);
+  for (int j = 0; j + 1 < Kc - 1; ++j) cv.state[size_t(j) * Ch + r] = st[(j + 1) * stride];
+  cv.state[size_t(Kc - 2) * Ch + r] = acc;
+}
+
 // The epilogue for output row r.
 __device__ __forceinline__ void finish_row(const GemvArgs& a, int r, float acc) {
   if (a.out == GemvOut::add) {
@@ -20,17 +32,9 @@ __device__ __forceinline__ void finish_row(const GemvArgs& a, int r, float acc) 
     return;
   }
   a.y[r] = acc;
-  if (a.out == GemvOut::conv && r < a.conv.channels) {
-    const ConvArgs& cv = a.conv;
-    const int Kc = cv.kernel, Ch = cv.channels;
-    const float* w = cv.weight + size_t(r) * Kc;
-    float s = w[Kc - 1] * acc;
-    for (int j = 0; j < Kc - 1; ++j) s += w[j] * cv.state[size_t(j) * Ch + r];
-    cv.out[r] = siluf(s);
-    for (int j = 0; j + 1 < Kc - 1; ++j)
-      cv.state[size_t(j) * Ch + r] = cv.state[size_t(j + 1) * Ch + r];
-    cv.state[size_t(Kc - 2) * Ch + r] = acc;
-  }
+  const ConvArgs& cv = a.conv;
+  if (a.out == GemvOut::conv && r < cv.channels)
+    conv_row(cv, r, acc, cv.weight + size_t(r) * cv.kernel, cv.state + r, cv.channels);
 }
 
 // Each warp takes N rows at a time (U chunks of each per lane in flight
@@ -71,9 +75,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 }
 
 // The tensor-core path (tile_gemv.cuh) for 4-bit matrices: rows in order,
-// weights loaded before the previous kernel ends. Feeding a router (one tile
-// per block), the block's 16 columns of every router row (16 codes and their
-// group's scale|bias word) are copied into shared memory before the wait.
+// weights loaded before the previous kernel ends. Constants the epilogue needs
+// are copied into shared memory before the wait too: feeding a router (one
+// tile per block), the block's 16 columns of every router row (16 codes and
+// their group's scale|bias word); with the conv, its channels' weights and
+// state (written by the previous step).
 struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true, kRoutes = false;
@@ -81,19 +87,42 @@ struct DenseJob {
   __host__ __device__ int tiles() const { return (a.W.rows + 15) / 16; }
   __host__ __device__ int rounds() const { return a.W.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.W.cols; }
-  __host__ __device__ size_t extra_floats() const {
-    const size_t rows = a.feed.acc != nullptr ? size_t(a.feed.W.rows) : 0;
-    return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
+  __host__ __device__ int block_rows(int blocks) const {
+    return (tiles() + blocks - 1) / blocks * 16;
   }
-  __device__ void before_wait(float* extra) const {
-    const DMat& R = a.feed.W;
-    if (a.feed.acc == nullptr) return;
-    uint4* q = reinterpret_cast<uint4*>(extra);
-    uint32_t* sb = reinterpret_cast<uint32_t*>(q + R.rows);
-    const int c0 = int(blockIdx.x) * 16;
-    for (int e = int(threadIdx.x); e < R.rows; e += int(blockDim.x)) {
-      cp_async16(q + e, reinterpret_cast<const uint8_t*>(R.w) + size_t(e) * R.cols + c0);
-      cp_async4(sb + e, R.sb + size_t(e) * (R.cols / kGroup) + c0 / kGroup);
+  __host__ __device__ size_t extra_floats(int blocks) const {
+    if (a.feed.acc != nullptr) {
+      const size_t rows = size_t(a.feed.W.rows);
+      return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
+    }
+    if (a.out == GemvOut::conv) return size_t(block_rows(blocks)) * (2 * a.conv.kernel - 1);
+    return 0;
+  }
+  __device__ void before_wait(float* extra, int t0, int t1) const {
+    if (a.feed.acc != nullptr) {
+      const DMat& R = a.feed.W;
+      uint4* q = reinterpret_cast<uint4*>(extra);
+      uint32_t* sb = reinterpret_cast<uint32_t*>(q + R.rows);
+      const int c0 = t0 * 16;
+      for (int e = int(threadIdx.x); e < R.rows; e += int(blockDim.x)) {
+        cp_async16(q + e, reinterpret_cast<const uint8_t*>(R.w) + size_t(e) * R.cols + c0);
+        cp_async4(sb + e, R.sb + size_t(e) * (R.cols / kGroup) + c0 / kGroup);
+      }
+    } else if (a.out == GemvOut::conv) {
+      // [kernel-1][block rows] state, then [block rows][kernel] weights, in
+      // 16-byte pieces (channels and the tile starts are multiples of 4).
+      const ConvArgs& cv = a.conv;
+      const int r0 = t0 * 16, n = min(t1 * 16, cv.channels) - r0, br = block_rows(int(gridDim.x));
+      const int Kc = cv.kernel, state_pieces = (Kc - 1) * (n / 4);
+      for (int p = int(threadIdx.x); n > 0 && p < state_pieces + n * Kc / 4; p += int(blockDim.x)) {
+        if (p < state_pieces) {
+          const int j = p / (n / 4), c = p % (n / 4) * 4;
+          cp_async16(extra + j * br + c, cv.state + size_t(j) * cv.channels + r0 + c);
+        } else {
+          const int c = (p - state_pieces) * 4;
+          cp_async16(extra + (Kc - 1) * br + c, cv.weight + size_t(r0) * Kc + c);
+        }
+      }
     }
     cp_async_commit();
   }
@@ -104,15 +133,27 @@ struct DenseJob {
   __device__ tile::Staged stage(float* sm, float** red) const {
     return tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red);
   }
-  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+  __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
+    extern __shared__ float4 sm4[];
+    const float* extra = reinterpret_cast<const float*>(sm4);
     const int i = int(threadIdx.x), row = b0 * 16 + i;
     const bool mine = i < s.stride && b0 + i / 16 < t1 && row < a.W.rows;
+    if (a.out == GemvOut::conv) {
+      const ConvArgs& cv = a.conv;
+      if (!mine) return;
+      const float acc = s.row(i);
+      a.y[row] = acc;
+      const int br = block_rows(int(gridDim.x)), c = row - t0 * 16;
+      if (row < cv.channels)
+        conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);
+      return;
+    }
     if (a.feed.acc == nullptr) {
       if (mine) finish_row(a, row, s.row(i));
       return;
     }
     // Feeding: y += sums (GemvOut::add), then the router's share of this
-    // block's 16 rows. The copies before the wait are the first shared floats.
+    // block's 16 rows.
     __shared__ float x[16];
     if (i < 16) {
       float v = 0.0f;
@@ -124,14 +165,13 @@ struct DenseJob {
       x[i] = v;
     }
     __syncthreads();
-    cp_async_wait<0>();
-    extern __shared__ float4 sm4[];
     const DMat& R = a.feed.W;
-    const uint4* q = reinterpret_cast<const uint4*>(sm4);
+    const uint4* q = reinterpret_cast<const uint4*>(extra);
     const uint32_t* sb = reinterpret_cast<const uint32_t*>(q + R.rows);
     float sx = 0.0f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) sx += x[j];
+    unsigned long long* acc = a.feed.acc + size_t(blockIdx.x % kFeedCopies) * R.rows;
     for (int e = i; e < R.rows; e += int(blockDim.x)) {
       const uint4 c = q[e];
       const uint32_t w[4] = {c.x, c.y, c.z, c.w};
@@ -139,7 +179,7 @@ struct DenseJob {
 #pragma unroll
       for (int j = 0; j < 16; ++j) qx += byte_to_float(w[j / 4], j % 4) * x[j];
       const float v = sb_scale(sb[e]) * qx + sb_bias(sb[e]) * sx;
-      atomicAdd(a.feed.acc + e, static_cast<unsigned long long>(__float2ll_rn(v * 0x1p32f)));
+      atomicAdd(acc + e, static_cast<unsigned long long>(__float2ll_rn(v * 0x1p32f)));
     }
   }
 };

@@ -45,12 +45,14 @@ struct ConvArgs {
 
 // The next router's logits, fed by the GEMV that finishes h (GemvOut::add):
 // every block adds its rows' share of router(h * norm), before the RMSNorm
-// factor, into `acc` in 2^-32 fixed point, so the sums come out the same in
-// any order. route_experts_up reads and re-zeroes them.
+// factor, into one of kFeedCopies copies of the logits (fewer atomics on one
+// address) in 2^-32 fixed point, so the sums come out the same in any order.
+// route_experts_up reads, adds and re-zeroes them.
+constexpr int kFeedCopies = 8;
 struct RouterFeed {
   DMat W;                             // the 8-bit router; W.cols = the GEMV's rows
   const float* norm = nullptr;        // the post-attention RMSNorm weight
-  unsigned long long* acc = nullptr;  // [W.rows], zero before the first feed
+  unsigned long long* acc = nullptr;  // [kFeedCopies][W.rows], zero before the first feed
 };
 
 struct GemvArgs {
@@ -82,7 +84,7 @@ struct RouterArgs {
   int* ids = nullptr;           // [top_k]
   float* wts = nullptr;         // [top_k + 1]
   int top_k = 0;
-  unsigned long long* fed = nullptr;  // the logits fed by the GEMV before (RouterFeed::acc)
+  unsigned long long* fed = nullptr;  // the logits the GEMV before fed (RouterFeed::acc)
 };
 
 // gate+up+SwiGLU of the top_k routed experts and the shared expert (stacked as

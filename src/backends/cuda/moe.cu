@@ -166,8 +166,8 @@ struct UpJob {
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
-  __host__ __device__ size_t extra_floats() const { return 0; }
-  __device__ void before_wait(float*) const {}
+  __host__ __device__ size_t extra_floats(int) const { return 0; }
+  __device__ void before_wait(float*, int, int) const {}
   static __device__ int* routed() {
     __shared__ int ids[kMaxTopK];
     return ids;
@@ -185,10 +185,15 @@ struct UpJob {
     if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
-  // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor).
+  // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
+  // sum of its copies.
   __device__ long long fetch() const {
     const int e = int(threadIdx.x);
-    return e < r.W.rows ? static_cast<long long>(__ldcg(r.fed + e)) : 0;
+    unsigned long long v = 0;
+    if (e < r.W.rows)
+#pragma unroll
+      for (int c = 0; c < kFeedCopies; ++c) v += __ldcg(r.fed + size_t(c) * r.W.rows + e);
+    return static_cast<long long>(v);
   }
   // The experts, into shared memory, before staging: their order does not
   // depend on the RMSNorm factor.
@@ -217,10 +222,11 @@ struct UpJob {
   __device__ void settle(const tile::Staged& xs) const {
     if (blockIdx.x == 0 && threadIdx.x < 32)
       write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.scale);
-    if (last_block(r.counter) && int(threadIdx.x) < r.W.rows) r.fed[threadIdx.x] = 0;
+    if (last_block(r.counter))
+      for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads) r.fed[i] = 0;
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
-  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
     const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
@@ -240,8 +246,8 @@ struct DownJob {
   __host__ __device__ int tiles() const { return hidden() / 16; }
   __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
-  __host__ __device__ size_t extra_floats() const { return 0; }
-  __device__ void before_wait(float*) const {}
+  __host__ __device__ size_t extra_floats(int) const { return 0; }
+  __device__ void before_wait(float*, int, int) const {}
   __device__ tile::Load load(int t, int round) const {
     const int slot = round / slot_rounds(), g = int((threadIdx.x & 31) >> 2);
     const uint32_t row = uint32_t(slot_expert(a, slot) * hidden() + t * 16 + g);
@@ -250,7 +256,7 @@ struct DownJob {
   __device__ tile::Staged stage(float* sm, float** red) const {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
   }
-  __device__ void finish(int b0, int t1, const tile::Sums& s) const {
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x);
     if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
   }

@@ -15,11 +15,13 @@
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
-//   size_t extra_floats() const;   // shared memory of its own, ahead of staging
-//   void before_wait(float* extra) const;  // copies that need no earlier kernel
+//   size_t extra_floats(int blocks) const;  // shared memory of its own, ahead
+//                                  // of staging, waited for after staging
+//   void before_wait(float* extra, int t0, int t1) const;  // cp.async copies
+//                                  // that need no earlier kernel (block's tiles)
 //   tile::Load load(int tile, int round) const;
 //   tile::Staged stage(float* smem, float** red) const;  // smem: after the extra
-//   void finish(int b0, int t1, const tile::Sums& s) const;  // all threads call it
+//   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
 #pragma once
 
 #include <algorithm>
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
   float* const sm = reinterpret_cast<float*>(sm4);
   if constexpr (Job::kEarly) start();
-  job.before_wait(sm);
+  job.before_wait(sm, t0, t1);
   pdl_wait();
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
   if constexpr (Job::kRoutes) {
@@ -72,8 +74,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
     start();
   }
   float* red = nullptr;
-  const Staged xs = job.stage(sm + job.extra_floats(), &red);
+  const Staged xs = job.stage(sm + job.extra_floats(int(gridDim.x)), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
+  cp_async_wait<0>();
+  __syncthreads();
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
@@ -99,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
     __syncthreads();
     Sums s = sums;
     s.p = rd;
-    job.finish(b0, t1, s);
+    job.finish(b0, t0, t1, s);
   };
   for (int b0 = t0; b0 < t1; b0 += 2 * TB) {
     step(ld0, b0, 0);
@@ -116,9 +120,9 @@ int blocks(const Job& job) {
 template <int RPW, int TB, typename Job>
 cudaError_t launch(const Job& job, cudaStream_t st) {
   if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
-  const size_t smem =
-      stage_bytes(job.cols(), 2 * kWarps * TB * 16) + sizeof(float) * job.extra_floats();
   const int blocks = tile::blocks(job);
+  const size_t smem =
+      stage_bytes(job.cols(), 2 * kWarps * TB * 16) + sizeof(float) * job.extra_floats(blocks);
   return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks), dim3(kThreads), smem, st, job);
 }
 
