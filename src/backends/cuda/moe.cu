@@ -221,7 +221,7 @@ struct UpJob {
   // zeroes it for the next layer.
   __device__ void settle(const tile::Staged& xs) const {
     if (blockIdx.x == 0 && threadIdx.x < 32)
-      write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.scale);
+      write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.norm);
     if (last_block(r.counter))
       for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads) r.fed[i] = 0;
   }

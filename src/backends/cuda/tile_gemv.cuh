@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   if constexpr (Job::kRoutes) job.settle(xs);
   cp_async_wait<0>();
   __syncthreads();
-  const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.scale};
+  const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
   auto step = [&](Batch& ld, int b0, int half) {

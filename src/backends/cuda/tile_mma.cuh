@@ -1,18 +1,20 @@
-// 4-bit GEMV on tensor cores (KERNELS.md §3, recommended mapping 4): a warp
-// computes 16 rows at a time with mma.sync m16n8k16, the weights as the A
-// operand and the activation as B, straight from the MLX row layout.
+// 4-bit GEMV on integer tensor cores: a warp computes 16 rows at a time with
+// mma.sync m16n8k32 (u8 weights x s8 activations, exact int32 sums), the
+// weights as the A operand and the activation as B, straight from the MLX row
+// layout.
 //
 // Lane l (g = l/4, t = l%4) loads 16 bytes (32 codes) of rows g and g+8 at
-// chunk 4r + t of round r (a round is 128 columns). A nibble pair (j, j+4) of a
-// word masked and OR-ed with 0x4300 becomes two bf16 "128 + q", exact; the
-// contraction is order-free, so the activation is staged in the matching
-// order instead of moving weights. Only 4 of B's 8 columns would be needed:
-// column t carries the bf16 high part of x for chunk slot t and column t+4 its
-// low part (x - bf16(x)), so the products keep ~16 bits of x (fp32-grade
-// results from bf16 tensor cores, at no extra instruction). The accumulator
-// lane l holds columns 2t, 2t+1 of rows g and g+8: one quantisation group
-// (2r + t%2) of either part, which it scales in fp32:
-//   y += s * C + (b - 128 s) * X_group   (X only once: in the high-part lanes).
+// chunk 4r + t of round r (a round is 128 columns). A word's 8 codes become
+// two registers of 4 bytes each, the even codes (w & 0x0F0F0F0F) and the odd
+// ones ((w >> 4) & 0x0F0F0F0F): three instructions for 8 weights, where bf16
+// pairs took seven, and one mma takes 32 columns instead of 16 (the GEMVs are
+// issue-bound). The contraction is order-free, so the activation is staged in
+// the matching order instead of moving weights. The activation is split per
+// 64-column group into three int8 parts (stage(): fp32-grade). B's 8 columns
+// are the round's 2 groups x up to 4 parts (columns 4γ + p see only the k
+// slots of group γ's chunks), so the accumulator lane l holds columns 2t,
+// 2t+1 of rows g and g+8: group 2r + t/2, two parts, which it scales in fp32:
+//   y += s * (scale_p C_p + scale_p+1 C_p+1) + b * X_group   (X once a group).
 #pragma once
 
 #include "backends/cuda/common.cuh"
@@ -35,7 +37,7 @@ struct Load {
 // 16-byte chunks.
 __device__ __forceinline__ Load load(const DMat& W, uint32_t r0, uint32_t r8, int round) {
   const uint32_t t = threadIdx.x & 3, K = uint32_t(W.cols), G = K / kGroup;
-  const uint32_t chunk = round * 4 + t, grp = round * 2 + (t & 1);
+  const uint32_t chunk = round * 4 + t, grp = round * 2 + (t >> 1);
   const uint4* w = reinterpret_cast<const uint4*>(W.w);
   Load l;
   l.q0 = __ldcs(w + (r0 * (K / 32) + chunk));
@@ -45,142 +47,157 @@ __device__ __forceinline__ Load load(const DMat& W, uint32_t r0, uint32_t r8, in
   return l;
 }
 
-// The activation staged for the B operand: per 32-column chunk, 64 bytes of
-// bf16 high parts and 64 of low parts in fragment order, and per group the sum
-// of the staged values.
+constexpr int kParts = 3;  // int8 parts of the staged activation
+
+// The activation staged for the B operand: per 8 columns and part, the int8
+// codes of the even columns and of the odd ones (two words); per group the
+// exact sum and the parts' scales.
 struct Staged {
-  const uint4* hi;
-  const uint4* lo;
-  const float* xsum;  // [K / 64]
-  float scale;        // multiplies the finished dot products (the RMSNorm factor)
+  const uint2* part;   // [kParts][K / 8]
+  const float* xsum;   // [K / 64]
+  const float* scale;  // [kParts][K / 64]
+  int K;
+  float norm;  // multiplies the finished dot products (the RMSNorm factor)
 };
 
 // Shared memory stage() needs for K columns, plus `red` floats of reduction space.
 constexpr size_t stage_bytes(int K, int red) {
-  return size_t(K) * 4 + sizeof(float) * (size_t(K / 4) + size_t(K / 64) + 32 + red);
+  return size_t(K) * kParts +
+         sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(K / 8) + 32 + red);
 }
 
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+// Four int8 values, the first in the low byte.
+__device__ __forceinline__ uint32_t pack_s8(int a, int b, int c, int d) {
+  return (uint32_t(a) & 0xffu) | (uint32_t(b) & 0xffu) << 8 | (uint32_t(c) & 0xffu) << 16 |
+         uint32_t(d) << 24;
 }
 
-// Stages x ([K], a multiple of 64), optionally multiplied by norm[]; `weight`
-// (when given) multiplies column k by weight[k / per_weight]. RMSNorm is a
-// scalar per token, so it is not applied here: its factor, from the sum of
-// squares gathered in the same pass, comes back as Staged::scale for the
-// finished dot products, which saves a pass over x and two barriers. Each
-// thread takes whole words (8 columns), which land as one 16-byte store of
-// high parts and one of low parts. Returns the staged view and the `red`
-// floats after it. Ends with a block barrier.
+// Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
+// (when given) multiplies column k by weight[k / per_weight]. Each 64-column
+// group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
+// scale_0 = max|x| / 127 and each next scale 254 times smaller (fp32-grade).
+// RMSNorm is a scalar per token, so it is not applied here: its factor, from
+// the sum of squares gathered in the same pass, comes back as Staged::norm for
+// the finished dot products. Each thread takes whole words (8 columns); the 8
+// lanes of a group share its maximum and sum by shuffles. Returns the staged
+// view and the `red` floats after it. Ends with a block barrier.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
                                const float* weight, int per_weight, float* sm, float** red) {
-  uint4* hi = reinterpret_cast<uint4*>(sm);
-  uint4* lo = hi + K / 8;
-  float* wsum = sm + K;       // per word: sum of the staged values
-  float* wsq = wsum + K / 8;  // per word: sum of squares of x
-  float* xsum = wsq + K / 8;
-  float* inv = xsum + K / 64;
+  uint2* part = reinterpret_cast<uint2*>(sm);
+  float* xsum = reinterpret_cast<float*>(part + kParts * (K / 8));
+  float* scale = xsum + K / 64;
+  float* wsq = scale + kParts * (K / 64);  // per word: sum of squares of x
+  float* inv = wsq + K / 8;
   *red = inv + 32;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* n4 = reinterpret_cast<const float4*>(norm);
-  for (int v = threadIdx.x; v < K / 8; v += blockDim.x) {
-    float4 p = x4[2 * v], q = x4[2 * v + 1];
-    if (norm != nullptr) {
+  const int lane = int(threadIdx.x & 31);
+  // Whole warps go round together (the shuffles need all lanes); K / 8 is a
+  // multiple of 8, so a group's lanes are all in or all out.
+  for (int base = int(threadIdx.x) - lane; base < K / 8; base += int(blockDim.x)) {
+    const int v = base + lane;
+    const bool on = v < K / 8;
+    float4 p = on ? x4[2 * v] : make_float4(0, 0, 0, 0), q = on ? x4[2 * v + 1] : p;
+    if (norm != nullptr && on) {
       wsq[v] = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
                (q.z * q.z + q.w * q.w);
       const float4 np = n4[2 * v], nq = n4[2 * v + 1];
       p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
       q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
     }
-    if (weight != nullptr) {
+    if (weight != nullptr && on) {
       const float m = weight[8 * v / per_weight];
       p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
       q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
     }
-    // Fragment order of a word's columns 0..7: 0 4 1 5 2 6 3 7.
-    const float e[8] = {p.x, q.x, p.y, q.y, p.z, q.z, p.w, q.w};
-    float h[8], l[8], s = 0.0f;
+    float e[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+    float mx = 0.0f, sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      h[i] = __bfloat162float(__float2bfloat16_rn(e[i]));
-      l[i] = __bfloat162float(__float2bfloat16_rn(e[i] - h[i]));
-      s += h[i] + l[i];
+    for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(e[i])), sum += e[i];
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+      sum += __shfl_xor_sync(kFull, sum, o);
     }
-    hi[v] =
-        make_uint4(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]), bf16x2(h[4], h[5]), bf16x2(h[6], h[7]));
-    lo[v] =
-        make_uint4(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]), bf16x2(l[4], l[5]), bf16x2(l[6], l[7]));
-    wsum[v] = s;
+    float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kParts; ++k, sc *= 1.0f / 254.0f) {
+      const float inv_sc = 1.0f / sc;
+      int c[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        c[i] = max(-127, min(127, __float2int_rn(e[i] * inv_sc)));
+        e[i] = fmaf(-float(c[i]), sc, e[i]);  // the remainder for the next part
+      }
+      if (on) {
+        part[k * (K / 8) + v] =
+            make_uint2(pack_s8(c[0], c[2], c[4], c[6]), pack_s8(c[1], c[3], c[5], c[7]));
+        if (v % 8 == 0) scale[k * (K / 64) + v / 8] = sc;
+      }
+    }
+    if (on && v % 8 == 0) xsum[v / 8] = sum;
   }
   __syncthreads();
-  for (int gi = threadIdx.x; gi < K / 64; gi += blockDim.x) {
-    float s = 0.0f;
-    for (int w = 0; w < 8; ++w) s += wsum[8 * gi + w];
-    xsum[gi] = s;
-  }
   if (norm != nullptr && threadIdx.x < 32) {
     float ss = 0.0f;
-    for (int v = threadIdx.x; v < K / 8; v += 32) ss += wsq[v];
+    for (int v = int(threadIdx.x); v < K / 8; v += 32) ss += wsq[v];
     ss = warp_sum(ss);
     if (threadIdx.x == 0) *inv = 1.0f / sqrtf(ss / float(K) + eps);
   }
   __syncthreads();
-  return {hi, lo, xsum, norm != nullptr ? *inv : 1.0f};
+  return {part, xsum, scale, K, norm != nullptr ? *inv : 1.0f};
 }
 
-// Codes j and j+4 of a word as bf16 128 + q: one LOP3 ((w & mask) | magic,
-// the magic in a register so both constants fit) after the shift.
-__device__ __forceinline__ uint32_t pair(uint32_t w, int j, uint32_t magic) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(d) : "r"(w >> (4 * j)), "r"(magic));
-  return d;
-}
-
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+__device__ __forceinline__ void mma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                    uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// A lane's B fragments of one round (the same for every tile of the round)
-// and the sum of the staged values of its accumulator's group.
+// A lane's B fragments of one round (the same for every tile of the round),
+// and for its accumulator's two columns (one group, parts p and p+1) their
+// scales and the group's sum (in the part-0 lanes).
 struct Fragment {
-  uint4 xv[4];
-  float X;
+  uint4 xv[2];
+  float X, s0, s1;
 };
 
+// B column n = 4 * (group of the round) + part, so lane (g, t) supplies part
+// g - 4 (t / 2) of its chunk slot t (when that is a part), and accumulator
+// lane (g, t) holds group t / 2, parts 2 (t % 2) and 2 (t % 2) + 1.
 // `xchunk`: the staged chunk index of the round's slot 0.
 __device__ __forceinline__ Fragment fragment(const Staged& x, int xchunk) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int grp = xchunk / 2 + (t >> 1), p = 2 * (t & 1), mine = g - 4 * (t >> 1);
   Fragment f{};
-  const uint4* src = g == t ? x.hi : g == t + 4 ? x.lo : nullptr;
-  if (src != nullptr)
+  if (mine >= 0 && mine < kParts) {
+    const uint4* src = reinterpret_cast<const uint4*>(x.part + mine * (x.K / 8));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) f.xv[i] = src[(xchunk + t) * 4 + i];
-  f.X = t < 2 ? x.xsum[xchunk / 2 + (t & 1)] : 0.0f;
+    for (int i = 0; i < 2; ++i) f.xv[i] = src[2 * (xchunk + t) + i];
+  }
+  f.X = p == 0 ? x.xsum[grp] : 0.0f;
+  f.s0 = x.scale[p * (x.K / 64) + grp];
+  f.s1 = p + 1 < kParts ? x.scale[(p + 1) * (x.K / 64) + grp] : 0.0f;
   return f;
 }
 
 // Adds one round's contribution to this lane's partial sums of rows g and g+8.
+// mma j takes word j of either row: its even codes at k slots 4t..4t+3, its
+// odd codes at 16+4t..16+4t+3, as the staging ordered the activation.
 __device__ __forceinline__ void round_dot(const Load& l, const Fragment& f, float& acc0,
                                           float& acc8) {
   const uint32_t w0[4] = {l.q0.x, l.q0.y, l.q0.z, l.q0.w}, w8[4] = {l.q1.x, l.q1.y, l.q1.z, l.q1.w};
-  const uint32_t m = 0x43004300u;
-  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t b[8] = {f.xv[0].x, f.xv[0].y, f.xv[0].z, f.xv[0].w,
+                         f.xv[1].x, f.xv[1].y, f.xv[1].z, f.xv[1].w};
+  constexpr uint32_t m = 0x0F0F0F0Fu;
+  int d[4] = {0, 0, 0, 0};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    mma(d, pair(w0[i], 0, m), pair(w8[i], 0, m), pair(w0[i], 1, m), pair(w8[i], 1, m), f.xv[i].x,
-        f.xv[i].y);
-    mma(d, pair(w0[i], 2, m), pair(w8[i], 2, m), pair(w0[i], 3, m), pair(w8[i], 3, m), f.xv[i].z,
-        f.xv[i].w);
-  }
-  const float s0 = sb_scale(l.sb0), b0 = sb_bias(l.sb0);
-  const float s1 = sb_scale(l.sb1), b1 = sb_bias(l.sb1);
-  acc0 += s0 * (d[0] + d[1]) + (b0 - 128.0f * s0) * f.X;
-  acc8 += s1 * (d[2] + d[3]) + (b1 - 128.0f * s1) * f.X;
+  for (int j = 0; j < 4; ++j)
+    mma(d, w0[j] & m, w8[j] & m, (w0[j] >> 4) & m, (w8[j] >> 4) & m, b[2 * j], b[2 * j + 1]);
+  acc0 += sb_scale(l.sb0) * (f.s0 * float(d[0]) + f.s1 * float(d[1])) + sb_bias(l.sb0) * f.X;
+  acc8 += sb_scale(l.sb1) * (f.s0 * float(d[2]) + f.s1 * float(d[3])) + sb_bias(l.sb1) * f.X;
 }
 
 // Sums a lane's partials over the 4 lanes of its quad (lane t = 0 gets them).
