@@ -33,7 +33,8 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
   ASSERT_EQ(
-      cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}, {}}, nullptr),
+      cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}, {}, 0, nullptr},
+                 nullptr),
       cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
@@ -42,7 +43,9 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += got[i];
   ASSERT_EQ(
-      cuda::gemv({W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}}, nullptr),
+      cuda::gemv(
+          {W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}, 0, nullptr},
+          nullptr),
       cudaSuccess);
   got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "norm + add";
@@ -54,6 +57,33 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            GemvCase{100, 1152, 4}, GemvCase{12352, 2048, 4},
                                            GemvCase{2048, 4096, 4}, GemvCase{40000, 2048, 4},
                                            GemvCase{17, 128, 8}, GemvCase{257, 2048, 8}));
+
+// The GDN out_proj's staging: every 128 columns RMS-normed on their own, times
+// the norm weight and silu(gate), then the GEMV with a residual add.
+TEST(GemvGatedNorm, MatchesCpu) {
+  TERN_REQUIRE_GPU();
+  constexpr int rows = 2048, cols = 4096, group = 128;
+  std::mt19937 g(7);
+  TestMat W(rows, cols, 4, g, 0.05f);
+  const auto x = randn(size_t(cols), g), z = randn(size_t(cols), g), y0 = randn(size_t(rows), g),
+             nw = randn(size_t(group), g, 0.1f);
+  std::vector<float> normw(nw.size()), xn(static_cast<size_t>(cols)),
+      ref(static_cast<size_t>(rows));
+  for (size_t i = 0; i < nw.size(); ++i) normw[i] = 1.0f + nw[i];
+  for (int h = 0; h < cols / group; ++h)
+    cpu::rms_norm(&x[size_t(h * group)], normw.data(), group, 1e-6f, &xn[size_t(h * group)]);
+  for (int i = 0; i < cols; ++i) xn[size_t(i)] *= cpu::silu(z[size_t(i)]);
+  cpu::matmul(W.host, xn.data(), 1, ref.data());
+  for (int r = 0; r < rows; ++r) ref[size_t(r)] += y0[size_t(r)];
+  auto dx = to_dev(x), dz = to_dev(z), dn = to_dev(normw), dy = to_dev(y0);
+  ASSERT_EQ(
+      cuda::gemv(
+          {W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}, group, dz.get()},
+          nullptr),
+      cudaSuccess);
+  const auto got = to_host(dy.get(), size_t(rows));
+  EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref));
+}
 
 struct MoeCase {
   int hidden, experts, top_k, inter;
@@ -117,9 +147,10 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   for (int rep = 0; rep < 3; ++rep) {
     ASSERT_EQ(cudaMemcpy(dh.get(), h0.data(), h0.size() * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
-    ASSERT_EQ(
-        cuda::gemv({O.dev, dx.get(), nullptr, 0, dh.get(), cuda::GemvOut::add, {}, feed}, nullptr),
-        cudaSuccess);
+    ASSERT_EQ(cuda::gemv(
+                  {O.dev, dx.get(), nullptr, 0, dh.get(), cuda::GemvOut::add, {}, feed, 0, nullptr},
+                  nullptr),
+              cudaSuccess);
     ASSERT_EQ(cuda::route_experts_up(ra, up, nullptr), cudaSuccess);
   }
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), h), kRel * max_abs(h));

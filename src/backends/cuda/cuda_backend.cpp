@@ -88,7 +88,6 @@ void CudaBackend::init() {
   amax_ = buf(2 * 1024);
   ids_ = reinterpret_cast<int*>(buf(kMaxTopK));
   counters_ = reinterpret_cast<unsigned*>(buf(2));
-  gdn_counters_ = reinterpret_cast<unsigned*>(buf(size_t(c.lin_v_heads)));
   sample_scratch_ = buf((sample_scratch_bytes(c.vocab) + 3) / 4);
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
   for (cudaEvent_t& e : id_ready_)
@@ -176,28 +175,22 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                   proj_,
                   GemvOut::conv,
                   ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel},
-                  {}};
+                  {},
+                  0,
+                  nullptr};
       launch("gdn_in", [&] { return gemv(in, st); });
-      GdnStepArgs g{convout_,
-                    proj_ + C,
-                    proj_ + C + Vd,
-                    proj_ + C + Vd + Hv,
-                    L.a_log,
-                    L.dt_bias,
-                    L.gnorm,
-                    c.rms_eps,
-                    s.S[size_t(i)],
-                    gdn_y_,
-                    gdn_counters_,
-                    c.lin_k_heads,
-                    Hv};
+      const GdnStepArgs g{convout_,       proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
+                          s.S[size_t(i)], gdn_y_,         c.lin_k_heads,       Hv};
       launch("gdn_step", [&] { return gdn_step(g, st); });
-      launch("gdn_out", [&] {
-        return gemv(GemvArgs{L.out, gdn_y_, nullptr, 0, h_, GemvOut::add, {}, feed}, st);
-      });
+      // The gated RMSNorm (per value head, times silu(z)) in out_proj's staging.
+      const GemvArgs out{L.out,        gdn_y_, L.gnorm, c.rms_eps, h_,
+                         GemvOut::add, {},     feed,    kGdnDim,   proj_ + C};
+      launch("gdn_out", [&] { return gemv(out, st); });
     } else {
       launch("qkv", [&] {
-        return gemv(GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}, {}}, st);
+        return gemv(
+            GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}, {}, 0, nullptr},
+            st);
       });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
@@ -207,7 +200,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
-        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}, feed}, st);
+        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}, feed, 0, nullptr}, st);
       });
     }
     launch("route_up", [&] { return route_experts_up(r, up, st); });
@@ -216,8 +209,10 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     });
   }
   launch("lm_head", [&] {
-    return gemv(GemvArgs{W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}, {}},
-                st);
+    return gemv(
+        GemvArgs{
+            W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}, {}, 0, nullptr},
+        st);
   });
   if (s.sampled) {
     SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,

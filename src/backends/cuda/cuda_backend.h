@@ -91,7 +91,6 @@ class CudaBackend : public Backend {
   int* ids_;
   unsigned* counters_;        // [router, argmax]
   unsigned long long* feed_;  // [n_experts + 1] router logits fed by o_proj / out_proj
-  unsigned* gdn_counters_;    // [Hv], gdn_step's per value head
   void* sample_scratch_;
   int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
   cudaEvent_t id_ready_[2] = {};

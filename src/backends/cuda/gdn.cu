@@ -5,7 +5,7 @@
 // (head, c) owns columns c*32 .. c*32+31 and thread (lane, warp) keeps rows
 // warp*16 .. warp*16+15 of column c*32+lane in registers (a warp loads 128
 // contiguous bytes a row). Both dot products come from the old column in one
-// pass (o = a*S^T q + (k.q) u); the head's last block applies the gated norm.
+// pass (o = a*S^T q + (k.q) u). The gated norm is the out_proj GEMV's staging.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -74,15 +74,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   const float u = beta * (v - alpha * sk);
 #pragma unroll
   for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * inv_k * u;
-  float* y = a.y + n * kD;
-  if (grp == 0) y[j] = alpha * sq + kq * u;
-
-  // Gated RMSNorm over the head's 128 raw outputs, by the head's last block.
-  if (!last_block(a.counters + n, kSplit)) return;
-  const float o = t < kD ? __ldcg(y + t) : 0.0f;
-  const float ss = block_sum(o * o, red[0]);
-  const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
-  if (t < kD) y[t] = o * inv * a.norm[t] * siluf(a.z[n * kD + t]);
+  if (grp == 0) a.y[n * kD + j] = alpha * sq + kq * u;
 }
 
 }  // namespace

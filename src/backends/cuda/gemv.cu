@@ -131,7 +131,7 @@ struct DenseJob {
     return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
-    return tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red);
+    return tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
   }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
     extern __shared__ float4 sm4[];
@@ -216,6 +216,10 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   const DenseJob job{a};
   if (a.feed.acc != nullptr && (a.out != GemvOut::add || !gemv_feeds(a.W) || a.feed.W.bits != 8 ||
                                 a.feed.W.cols != a.W.rows || a.W.rows % 16 != 0))
+    return cudaErrorInvalidValue;
+  const int ng = a.norm_group;
+  if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > 256 || (ng & (ng - 1)) != 0 || a.W.cols % ng != 0 ||
+                  a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
   if (tiled(a.W))
     return job.rounds() <= tile::kWarps ? tile::launch<1, 3>(job, st) : tile::launch<2, 1>(job, st);

@@ -55,6 +55,9 @@ struct RouterFeed {
   unsigned long long* acc = nullptr;  // [kFeedCopies][W.rows], zero before the first feed
 };
 
+// The input's RMSNorm: over all of x (norm_group 0), or over every
+// norm_group columns with the multiplier norm[k % norm_group] and then
+// silu(gate[k]) (the GDN gated norm; tensor-core path only).
 struct GemvArgs {
   DMat W;
   const float* x = nullptr;     // [W.cols]
@@ -64,6 +67,8 @@ struct GemvArgs {
   GemvOut out = GemvOut::store;
   ConvArgs conv;    // GemvOut::conv only
   RouterFeed feed;  // GemvOut::add only, where gemv_feeds(W)
+  int norm_group = 0;
+  const float* gate = nullptr;  // [W.cols], with norm_group
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
 // Whether a GEMV over W can feed a router (the tensor-core path with one
@@ -117,20 +122,17 @@ struct ExpertsDownArgs {
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st);
 
 // One Gated DeltaNet decode step after the conv: q/k L2 norms, gates, the delta
-// rule on S ([v_heads][k][v] fp32), gated RMSNorm. conv: [2*Hk*128 + Hv*128]
-// post-conv q|k|v; z/b/a follow the in-projection layout.
+// rule on S ([v_heads][k][v] fp32). conv: [2*Hk*128 + Hv*128] post-conv q|k|v;
+// b/a follow the in-projection layout. The gated RMSNorm of the output is the
+// out_proj GEMV's (GemvArgs::gate).
 struct GdnStepArgs {
   const float* conv = nullptr;
-  const float* z = nullptr;        // [Hv*128]
   const float* beta_in = nullptr;  // [Hv] pre-sigmoid
   const float* a_in = nullptr;     // [Hv]
   const float* a_log = nullptr;
   const float* dt_bias = nullptr;
-  const float* norm = nullptr;  // [128] gated-norm weight
-  float eps = 1e-6f;
   float* S = nullptr;
-  float* y = nullptr;            // [Hv*128]
-  unsigned* counters = nullptr;  // [Hv], zero before the first call; the kernel resets them
+  float* y = nullptr;  // [Hv*128], before the gated RMSNorm (the out_proj GEMV applies it)
   int k_heads = 0, v_heads = 0;
 };
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st);

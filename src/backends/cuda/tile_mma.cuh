@@ -73,7 +73,9 @@ __device__ __forceinline__ uint32_t pack_s8(int a, int b, int c, int d) {
 }
 
 // Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
-// (when given) multiplies column k by weight[k / per_weight]. Each 64-column
+// (when given) multiplies column k by weight[k / per_weight]. With norm_group
+// (a power of two, 8..256) every norm_group columns are RMS-normed on their
+// own, times norm[k % norm_group] and silu(gate[k]), instead. Each 64-column
 // group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
 // scale_0 = max|x| / 127 and each next scale 254 times smaller (fp32-grade).
 // RMSNorm is a scalar per token, so it is not applied here: its factor, from
@@ -82,7 +84,8 @@ __device__ __forceinline__ uint32_t pack_s8(int a, int b, int c, int d) {
 // lanes of a group share its maximum and sum by shuffles. Returns the staged
 // view and the `red` floats after it. Ends with a block barrier.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
-                               const float* weight, int per_weight, float* sm, float** red) {
+                               const float* weight, int per_weight, float* sm, float** red,
+                               int norm_group = 0, const float* gate = nullptr) {
   uint2* part = reinterpret_cast<uint2*>(sm);
   float* xsum = reinterpret_cast<float*>(part + kParts * (K / 8));
   float* scale = xsum + K / 64;
@@ -98,9 +101,25 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     const int v = base + lane;
     const bool on = v < K / 8;
     float4 p = on ? x4[2 * v] : make_float4(0, 0, 0, 0), q = on ? x4[2 * v + 1] : p;
-    if (norm != nullptr && on) {
-      wsq[v] = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
-               (q.z * q.z + q.w * q.w);
+    const float sq = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
+                     (q.z * q.z + q.w * q.w);
+    if (norm_group > 0) {
+      // The group's words are norm_group / 8 neighbouring lanes.
+      float ss = sq;
+      for (int o = 1; o < norm_group / 8; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
+      const float f = 1.0f / sqrtf(ss / float(norm_group) + eps);
+      if (on) {
+        const int c = 8 * v % norm_group;
+        const float4 np = n4[c / 4], nq = n4[c / 4 + 1];
+        const float4 gp = reinterpret_cast<const float4*>(gate)[2 * v],
+                     gq = reinterpret_cast<const float4*>(gate)[2 * v + 1];
+        p = make_float4(p.x * f * np.x * siluf(gp.x), p.y * f * np.y * siluf(gp.y),
+                        p.z * f * np.z * siluf(gp.z), p.w * f * np.w * siluf(gp.w));
+        q = make_float4(q.x * f * nq.x * siluf(gq.x), q.y * f * nq.y * siluf(gq.y),
+                        q.z * f * nq.z * siluf(gq.z), q.w * f * nq.w * siluf(gq.w));
+      }
+    } else if (norm != nullptr && on) {
+      wsq[v] = sq;
       const float4 np = n4[2 * v], nq = n4[2 * v + 1];
       p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
       q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
@@ -138,14 +157,15 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     if (on && v % 8 == 0) xsum[v / 8] = sum;
   }
   __syncthreads();
-  if (norm != nullptr && threadIdx.x < 32) {
+  const bool whole = norm != nullptr && norm_group == 0;
+  if (whole && threadIdx.x < 32) {
     float ss = 0.0f;
     for (int v = int(threadIdx.x); v < K / 8; v += 32) ss += wsq[v];
     ss = warp_sum(ss);
     if (threadIdx.x == 0) *inv = 1.0f / sqrtf(ss / float(K) + eps);
   }
   __syncthreads();
-  return {part, xsum, scale, K, norm != nullptr ? *inv : 1.0f};
+  return {part, xsum, scale, K, whole ? *inv : 1.0f};
 }
 
 __device__ __forceinline__ void mma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
