@@ -3,7 +3,6 @@
 // range of positions; each KV row is read once for all G query heads of the
 // group) and the combine, which also applies sigmoid(gate).
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
@@ -333,8 +332,7 @@ int attn_splits(int64_t n, int kv_heads) {
   int64_t tier = 64;
   while (tier < n) tier *= 2;
   const int64_t most = std::min(kMaxAttnSplits, std::max(1, sm_count() / std::max(1, kv_heads)));
-  static const int64_t per = getenv("TERN_ATTN_POS") ? atoi(getenv("TERN_ATTN_POS")) : 64;  // TEMP
-  return int(std::min<int64_t>(most, std::max<int64_t>(1, tier / per)));
+  return int(std::min<int64_t>(most, std::max<int64_t>(1, tier / 64)));
 }
 
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
