@@ -1,7 +1,8 @@
 // Batch-1 GEMV over an affine 4/8-bit matrix, with an optional RMSNorm of the
 // input in the prologue (every block recomputes it: 2K floats from L2 are
-// cheaper than a kernel) and three epilogues: store, residual add, and the
-// GDN causal conv + SiLU + conv-state update (rows < channels).
+// cheaper than a kernel; per head with a gate for the GDN out_proj) and three
+// epilogues: store, residual add (optionally feeding the next router's
+// logits), and the GDN causal conv + SiLU + conv-state update (rows < channels).
 #include <algorithm>
 
 #include "backends/cuda/qdot.cuh"

@@ -1,7 +1,7 @@
-// MoE decode: the router (norm + 8-bit GEMV + softmax + top-k + renormalise)
-// and gate/up/SwiGLU of the routed and shared experts in one launch (two where
-// the tensor-core GEMV does not take the shapes), and down + routing weights +
-// shared gate + residual add in one launch.
+// MoE decode: the routing (top-k of the logits the previous GEMV fed, or a
+// router launch: norm + 8-bit GEMV + top-k + renormalise) and gate/up/SwiGLU of
+// the routed and shared experts in one launch (two where the shapes do not
+// allow), and down + routing weights + shared gate + residual add in one launch.
 #include "backends/cuda/qdot.cuh"
 #include "backends/cuda/tile_gemv.cuh"
 
