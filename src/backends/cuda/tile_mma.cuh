@@ -66,10 +66,9 @@ constexpr size_t stage_bytes(int K, int red) {
          sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(K / 8) + 32 + red);
 }
 
-// Four int8 values, the first in the low byte.
-__device__ __forceinline__ uint32_t pack_s8(int a, int b, int c, int d) {
-  return (uint32_t(a) & 0xffu) | (uint32_t(b) & 0xffu) << 8 | (uint32_t(c) & 0xffu) << 16 |
-         uint32_t(d) << 24;
+// The low bytes of four words, a's in the low byte.
+__device__ __forceinline__ uint32_t low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
 }
 
 // Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
@@ -77,7 +76,7 @@ __device__ __forceinline__ uint32_t pack_s8(int a, int b, int c, int d) {
 // (a power of two, 8..256) every norm_group columns are RMS-normed on their
 // own, times norm[k % norm_group] and silu(gate[k]), instead. Each 64-column
 // group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
-// scale_0 = max|x| / 127 and each next scale 254 times smaller (fp32-grade).
+// scale_0 = max|x| / 127 and each next scale 253 times smaller (fp32-grade).
 // RMSNorm is a scalar per token, so it is not applied here: its factor, from
 // the sum of squares gathered in the same pass, comes back as Staged::norm for
 // the finished dot products. Each thread takes whole words (8 columns); the 8
@@ -138,19 +137,26 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
       sum += __shfl_xor_sync(kFull, sum, o);
     }
+    // Codes by the magic number: adding 1.5 * 2^23 rounds to an integer held in
+    // the low mantissa bits (whose low byte is the int8 code), with no
+    // float-int conversions. |codes| <= 127 without clamps: the first part's
+    // by its scale, each next one's as its remainder is at most half the last
+    // scale and the next scale is 253 times smaller.
+    constexpr float kMagic = 12582912.0f;
     float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
 #pragma unroll
-    for (int k = 0; k < kParts; ++k, sc *= 1.0f / 254.0f) {
+    for (int k = 0; k < kParts; ++k, sc *= 1.0f / 253.0f) {
       const float inv_sc = 1.0f / sc;
-      int c[8];
+      uint32_t c[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        c[i] = max(-127, min(127, __float2int_rn(e[i] * inv_sc)));
-        e[i] = fmaf(-float(c[i]), sc, e[i]);  // the remainder for the next part
+        const float r = fmaf(e[i], inv_sc, kMagic);
+        c[i] = __float_as_uint(r);
+        e[i] = fmaf(kMagic - r, sc, e[i]);  // the remainder for the next part
       }
       if (on) {
         part[k * (K / 8) + v] =
-            make_uint2(pack_s8(c[0], c[2], c[4], c[6]), pack_s8(c[1], c[3], c[5], c[7]));
+            make_uint2(low_bytes(c[0], c[2], c[4], c[6]), low_bytes(c[1], c[3], c[5], c[7]));
         if (v % 8 == 0) scale[k * (K / 64) + v / 8] = sc;
       }
     }
