@@ -195,8 +195,7 @@ struct UpJob {
       for (int c = 0; c < kFeedCopies; ++c) v += __ldcg(r.fed + size_t(c) * r.W.rows + e);
     return static_cast<long long>(v);
   }
-  // The experts, into shared memory, before staging: their order does not
-  // depend on the RMSNorm factor.
+  // The fed logits (unscaled) and the choice, in shared memory.
   static __device__ float* logits() {
     __shared__ float p[tile::kThreads];
     return p;
@@ -205,6 +204,8 @@ struct UpJob {
     __shared__ Choice c[32];
     return c;
   }
+  // Picks the experts before staging: their order does not depend on the
+  // RMSNorm factor.
   __device__ void route(long long fed) const {
     float* p = logits();
     p[threadIdx.x] = float(fed) * 0x1p-32f;
