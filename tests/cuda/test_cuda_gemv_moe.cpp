@@ -32,21 +32,21 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
 
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
-  ASSERT_EQ(
-      cuda::gemv({W.dev, dx.get(), nullptr, 0, dy.get(), cuda::GemvOut::store, {}, {}, 0, nullptr},
-                 nullptr),
-      cudaSuccess);
+  ASSERT_EQ(cuda::gemv({.W = W.dev, .x = dx.get(), .y = dy.get()}, nullptr), cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
 
   cpu::rms_norm(x.data(), normw.data(), cols, 1e-6f, xn.data());
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += got[i];
-  ASSERT_EQ(
-      cuda::gemv(
-          {W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}, 0, nullptr},
-          nullptr),
-      cudaSuccess);
+  ASSERT_EQ(cuda::gemv({.W = W.dev,
+                        .x = dx.get(),
+                        .norm = dn.get(),
+                        .eps = 1e-6f,
+                        .y = dy.get(),
+                        .out = cuda::GemvOut::add},
+                       nullptr),
+            cudaSuccess);
   got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "norm + add";
 }
@@ -76,11 +76,16 @@ TEST(GemvGatedNorm, MatchesCpu) {
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (int r = 0; r < rows; ++r) ref[size_t(r)] += y0[size_t(r)];
   auto dx = to_dev(x), dz = to_dev(z), dn = to_dev(normw), dy = to_dev(y0);
-  ASSERT_EQ(
-      cuda::gemv(
-          {W.dev, dx.get(), dn.get(), 1e-6f, dy.get(), cuda::GemvOut::add, {}, {}, group, dz.get()},
-          nullptr),
-      cudaSuccess);
+  ASSERT_EQ(cuda::gemv({.W = W.dev,
+                        .x = dx.get(),
+                        .norm = dn.get(),
+                        .eps = 1e-6f,
+                        .y = dy.get(),
+                        .out = cuda::GemvOut::add,
+                        .norm_group = group,
+                        .gate = dz.get()},
+                       nullptr),
+            cudaSuccess);
   const auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref));
 }
@@ -147,10 +152,11 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   for (int rep = 0; rep < 3; ++rep) {
     ASSERT_EQ(cudaMemcpy(dh.get(), h0.data(), h0.size() * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
-    ASSERT_EQ(cuda::gemv(
-                  {O.dev, dx.get(), nullptr, 0, dh.get(), cuda::GemvOut::add, {}, feed, 0, nullptr},
-                  nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda::gemv(
+            {.W = O.dev, .x = dx.get(), .y = dh.get(), .out = cuda::GemvOut::add, .feed = feed},
+            nullptr),
+        cudaSuccess);
     ASSERT_EQ(cuda::route_experts_up(ra, up, nullptr), cudaSuccess);
   }
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), h), kRel * max_abs(h));

@@ -69,6 +69,13 @@ int32_t reference(const std::vector<float>& logits, const std::vector<int32_t>& 
   return -1;
 }
 
+// How often each token is drawn from l over steps 0..draws-1 (no history).
+std::vector<int> draw_counts(const std::vector<float>& l, const SamplingParams& p, int draws) {
+  std::vector<int> hits(l.size(), 0);
+  for (uint64_t s = 0; s < uint64_t(draws); ++s) hits[size_t(sample_token(l, {}, p, s))]++;
+  return hits;
+}
+
 void expect_matches_reference(uint32_t seed, size_t V, float tie_step, int cases) {
   std::mt19937 g(seed);
   for (int i = 0; i < cases; ++i) {
@@ -98,8 +105,7 @@ TEST(Sampler, TiesAtTheTopKThresholdAreKept) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_k = 2;
-  std::vector<int> hits(l.size(), 0);
-  for (uint64_t s = 0; s < 4000; ++s) hits[size_t(sample_token(l, {}, p, s))]++;
+  const std::vector<int> hits = draw_counts(l, p, 4000);
   EXPECT_EQ(hits[1] + hits[5], 0);
   for (int i : {2, 3, 4}) EXPECT_GT(hits[size_t(i)], 200) << i;
 }
@@ -109,8 +115,7 @@ TEST(Sampler, MinPOneKeepsTheTiedBest) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.min_p = 1.0f;
-  std::vector<int> hits(l.size(), 0);
-  for (uint64_t s = 0; s < 1000; ++s) hits[size_t(sample_token(l, {}, p, s))]++;
+  const std::vector<int> hits = draw_counts(l, p, 1000);
   EXPECT_EQ(hits[0] + hits[2], 0);
   EXPECT_GT(hits[1], 400);
   EXPECT_GT(hits[3], 400);

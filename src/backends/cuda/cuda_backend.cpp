@@ -168,29 +168,31 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     const RouterFeed feed{L.router, L.post_norm, r.fed};
     if (linear) {
       const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;
-      GemvArgs in{L.in_proj,
-                  h_,
-                  L.in_norm,
-                  c.rms_eps,
-                  proj_,
-                  GemvOut::conv,
-                  ConvArgs{L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel},
-                  {},
-                  0,
-                  nullptr};
+      const GemvArgs in{.W = L.in_proj,
+                        .x = h_,
+                        .norm = L.in_norm,
+                        .eps = c.rms_eps,
+                        .y = proj_,
+                        .out = GemvOut::conv,
+                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
       launch("gdn_in", [&] { return gemv(in, st); });
       const GdnStepArgs g{convout_,       proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
                           s.S[size_t(i)], gdn_y_,         c.lin_k_heads,       Hv};
       launch("gdn_step", [&] { return gdn_step(g, st); });
       // The gated RMSNorm (per value head, times silu(z)) in out_proj's staging.
-      const GemvArgs out{L.out,        gdn_y_, L.gnorm, c.rms_eps, h_,
-                         GemvOut::add, {},     feed,    kGdnDim,   proj_ + C};
+      const GemvArgs out{.W = L.out,
+                         .x = gdn_y_,
+                         .norm = L.gnorm,
+                         .eps = c.rms_eps,
+                         .y = h_,
+                         .out = GemvOut::add,
+                         .feed = feed,
+                         .norm_group = kGdnDim,
+                         .gate = proj_ + C};
       launch("gdn_out", [&] { return gemv(out, st); });
     } else {
       launch("qkv", [&] {
-        return gemv(
-            GemvArgs{L.qkv, h_, L.in_norm, c.rms_eps, proj_, GemvOut::store, {}, {}, 0, nullptr},
-            st);
+        return gemv({.W = L.qkv, .x = h_, .norm = L.in_norm, .eps = c.rms_eps, .y = proj_}, st);
       });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
@@ -200,7 +202,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
-        return gemv(GemvArgs{L.o, attn_, nullptr, 0, h_, GemvOut::add, {}, feed, 0, nullptr}, st);
+        return gemv({.W = L.o, .x = attn_, .y = h_, .out = GemvOut::add, .feed = feed}, st);
       });
     }
     launch("route_up", [&] { return route_experts_up(r, up, st); });
@@ -209,10 +211,8 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     });
   }
   launch("lm_head", [&] {
-    return gemv(
-        GemvArgs{
-            W.lm_head, h_, W.final_norm, c.rms_eps, logits_, GemvOut::store, {}, {}, 0, nullptr},
-        st);
+    return gemv({.W = W.lm_head, .x = h_, .norm = W.final_norm, .eps = c.rms_eps, .y = logits_},
+                st);
   });
   if (s.sampled) {
     SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,

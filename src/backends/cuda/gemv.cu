@@ -131,8 +131,16 @@ struct DenseJob {
     const int row = t * 16 + int((threadIdx.x & 31) >> 2), last = a.W.rows - 1;
     return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
   }
+  // Staging, then (when before_wait copied anything) every thread's copies are
+  // complete and visible to the block.
   __device__ tile::Staged stage(float* sm, float** red) const {
-    return tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
+    const tile::Staged xs =
+        tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
+    if (a.feed.acc != nullptr || a.out == GemvOut::conv) {
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    return xs;
   }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
     extern __shared__ float4 sm4[];
@@ -201,22 +209,20 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   return launch_pdl(kernel, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols), st, a);
 }
 
-}  // namespace
-
-namespace {
 bool tiled(const DMat& W) {
   return W.bits == 4 && W.cols % tile::kRound == 0 && W.cols / tile::kRound <= 2 * tile::kWarps;
 }
+
 }  // namespace
 
 bool gemv_feeds(const DMat& W) {
-  return tiled(W) && (W.rows + 15) / 16 <= sm_count();
+  return tiled(W) && W.rows % 16 == 0 && W.rows / 16 <= sm_count();
 }
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   const DenseJob job{a};
   if (a.feed.acc != nullptr && (a.out != GemvOut::add || !gemv_feeds(a.W) || a.feed.W.bits != 8 ||
-                                a.feed.W.cols != a.W.rows || a.W.rows % 16 != 0))
+                                a.feed.W.cols != a.W.rows))
     return cudaErrorInvalidValue;
   const int ng = a.norm_group;
   if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > 256 || (ng & (ng - 1)) != 0 || a.W.cols % ng != 0 ||

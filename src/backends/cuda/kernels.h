@@ -65,8 +65,8 @@ struct GemvArgs {
   float eps = 1e-6f;
   float* y = nullptr;  // [W.rows]
   GemvOut out = GemvOut::store;
-  ConvArgs conv;    // GemvOut::conv only
-  RouterFeed feed;  // GemvOut::add only, where gemv_feeds(W)
+  ConvArgs conv = {};    // GemvOut::conv only
+  RouterFeed feed = {};  // GemvOut::add only, where gemv_feeds(W)
   int norm_group = 0;
   const float* gate = nullptr;  // [W.cols], with norm_group
 };

@@ -277,28 +277,28 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
                     stage_bytes<8>(a.W.cols), st, a);
 }
 
-}  // namespace
-
-namespace {
 bool up_tiled(const ExpertsUpArgs& u) {
   const UpJob<false> job{u, {}};
   return u.gate_up.bits == 4 && job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps &&
          u.inter % 8 == 0;
 }
+
+// Whether UpJob<true> can route r from fed logits for gate/up u.
+bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
+  return r.W.bits == 8 && r.W.cols == u.gate_up.cols && r.W.rows <= tile::kThreads &&
+         r.top_k <= kMaxTopK && up_tiled(u);
+}
+
 }  // namespace
 
 bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& u) {
-  return gemv_feeds(producer) && producer.rows % 16 == 0 && r.W.bits == 8 &&
-         r.W.cols == producer.rows && r.W.cols == u.gate_up.cols && r.W.rows <= tile::kThreads &&
-         r.top_k <= kMaxTopK && up_tiled(u);
+  return gemv_feeds(producer) && r.W.cols == producer.rows && fed_routable(r, u);
 }
 
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st) {
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
-    if (r.W.bits != 8 || r.W.cols != u.gate_up.cols || r.W.rows > tile::kThreads ||
-        r.top_k > kMaxTopK || !up_tiled(u))
-      return cudaErrorInvalidValue;
+    if (!fed_routable(r, u)) return cudaErrorInvalidValue;
     return tile::launch<1, 3>(UpJob<true>{u, r}, st);
   }
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;

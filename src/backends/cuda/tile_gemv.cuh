@@ -16,11 +16,12 @@
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
 //   size_t extra_floats(int blocks) const;  // shared memory of its own, ahead
-//                                  // of staging, waited for after staging
+//                                  // of staging
 //   void before_wait(float* extra, int t0, int t1) const;  // cp.async copies
 //                                  // that need no earlier kernel (block's tiles)
 //   tile::Load load(int tile, int round) const;
-//   tile::Staged stage(float* smem, float** red) const;  // smem: after the extra
+//   tile::Staged stage(float* smem, float** red) const;  // smem: after the extra;
+//                                  // waits for before_wait's copies
 //   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
 #pragma once
 
@@ -76,8 +77,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   float* red = nullptr;
   const Staged xs = job.stage(sm + job.extra_floats(int(gridDim.x)), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
-  cp_async_wait<0>();
-  __syncthreads();
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
