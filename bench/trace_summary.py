@@ -2,16 +2,14 @@
 """Summarises `tern bench --trace` output: one row per kernel of the step,
 averaged over its launches (layers and traced steps), in microseconds.
 
-Launches are told apart by sorting blocks by start time (a kernel's blocks all
-start before its dependent's, PDL launches only after every block has begun)
-and cutting where the kind changes or a block index repeats. Cycles are turned
-into time with each block's own ratio of globaltimer to clock64.
-
-Columns: n = launches; blocks; span = first block start to last block end;
-tail = last end minus the previous launch's last end (what the launch adds to
-the chain); start = first start minus the previous launch's last end (negative:
-started early); wait, stage, work = median over blocks of start->PDL wait
-return, wait->staged input, staged->end.
+Launches are told apart by sorting blocks by start time and cutting where the
+kind changes (a kernel's blocks all start before its dependent's, and
+neighbouring kernels of the step differ in kind). Every time is measured from
+the previous launch's last block end (negative: before it), as the median
+over the launch's blocks, then averaged over launches: block start, the marks
+(PDL wait returned, loads issued, input staged, first batch done; '-' where a
+kernel has none), the median and the last block end. `last` is what the
+launch adds to the step.
 """
 import csv
 import statistics
@@ -19,19 +17,16 @@ import sys
 
 KINDS = {1: "gemv_early", 2: "route_up", 3: "down", 4: "gdn_step", 5: "attn_split",
          6: "attn_combine"}
+MARKS = ["waited", "issued", "staged", "first"]
 
 
 def launches(rows):
     rows.sort(key=lambda r: r["start_ns"])
-    out, cur, seen = [], [], set()
+    out = []
     for r in rows:
-        if cur and (r["kind"] != cur[0]["kind"] or r["block"] in seen):
-            out.append(cur)
-            cur, seen = [], set()
-        cur.append(r)
-        seen.add(r["block"])
-    if cur:
-        out.append(cur)
+        if not out or r["kind"] != out[-1][0]["kind"]:
+            out.append([])
+        out[-1].append(r)
     return out
 
 
@@ -58,31 +53,29 @@ def main(path):
         rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
     ls = launches(rows)
     kinds = [KINDS.get(l[0]["kind"], str(l[0]["kind"])) for l in ls]
+    cols = ["start"] + MARKS + ["end", "last"]
     stats = {}
     prev_end = None
     for i, l in enumerate(ls):
-        first = min(r["start_ns"] for r in l)
-        last_end = max(r["end_ns"] for r in l)
-        ns = [(r["end_ns"] - r["start_ns"]) / max(r["ended_cyc"], 1) for r in l]
-        wait = statistics.median(r["waited_cyc"] * k for r, k in zip(l, ns))
-        stage = statistics.median(max(r["staged_cyc"] - r["waited_cyc"], 0) * k
-                                  for r, k in zip(l, ns))
-        work = statistics.median((r["ended_cyc"] - max(r["staged_cyc"], r["waited_cyc"])) * k
-                                 for r, k in zip(l, ns))
-        s = stats.setdefault(name(kinds, i), [])
-        s.append((len(l), last_end - first,
-                  None if prev_end is None else last_end - prev_end,
-                  None if prev_end is None else first - prev_end, wait, stage, work))
+        last_end = max(r["start_ns"] + r["ended"] for r in l)
+        if prev_end is not None:
+            med = lambda f: statistics.median(f(r) - prev_end for r in l)
+            v = {"start": med(lambda r: r["start_ns"]),
+                 "end": med(lambda r: r["start_ns"] + r["ended"]), "last": last_end - prev_end}
+            for m in MARKS:
+                if any(r[m] for r in l):
+                    v[m] = med(lambda r: r["start_ns"] + r[m])
+            stats.setdefault(name(kinds, i), []).append((len(l), v))
         prev_end = last_end
-    print(f"{len(ls)} launches from {len(rows)} block records")
-    print(f"{'kernel':14}{'n':>4}{'blocks':>8}{'span':>8}{'tail':>8}{'start':>8}"
-          f"{'wait':>8}{'stage':>8}{'work':>8}")
-    for k, s in sorted(stats.items(), key=lambda kv: -sum(x[2] or 0 for x in kv[1])):
-        def mean(j):
-            v = [x[j] for x in s if x[j] is not None]
-            return statistics.mean(v) / 1e3 if v else float("nan")
-        print(f"{k:14}{len(s):4d}{statistics.mean(x[0] for x in s):8.0f}{mean(1):8.2f}"
-              f"{mean(2):8.2f}{mean(3):8.2f}{mean(4):8.2f}{mean(5):8.2f}{mean(6):8.2f}")
+    print(f"{len(ls)} launches from {len(rows)} block records; µs from the previous "
+          "launch's last end")
+    print(f"{'kernel':14}{'n':>4}{'blocks':>7}" + "".join(f"{c:>8}" for c in cols))
+    for k, s in sorted(stats.items(), key=lambda kv: -sum(v["last"] for _, v in kv[1])):
+        line = f"{k:14}{len(s):4}{statistics.mean(b for b, _ in s):7.0f}"
+        for c in cols:
+            xs = [v[c] for _, v in s if c in v]
+            line += f"{statistics.mean(xs) / 1000:8.2f}" if xs else f"{'-':>8}"
+        print(line)
 
 
 if __name__ == "__main__":

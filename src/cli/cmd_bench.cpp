@@ -110,10 +110,12 @@ struct BenchOptions {
 void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& recs) {
   std::ofstream f(path);
   if (!f) fail("tern bench: cannot write {}", path);
-  f << "start_ns,end_ns,kind,block,sm,waited_cyc,staged_cyc,ended_cyc\n";
-  for (const cuda::TraceRecord& r : recs)
-    f << r.start_ns << ',' << r.end_ns << ',' << r.kind << ',' << r.block << ',' << r.sm << ','
-      << r.waited << ',' << r.staged << ',' << r.ended << '\n';
+  f << "start_ns,kind,block,sm,ended,waited,issued,staged,first\n";
+  for (const cuda::TraceRecord& r : recs) {
+    f << r.start_ns << ',' << r.kind << ',' << r.block << ',' << r.sm << ',' << r.ended;
+    for (const uint32_t m : r.mark) f << ',' << m;
+    f << '\n';
+  }
   std::printf("trace: %zu block records in %s\n", recs.size(), path.c_str());
 }
 #endif

@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     cp_async_commit();
   }
   pdl_wait();
-  TERN_TRACE_WAITED();
+  TERN_TRACE_MARK(waited);
   // q fragments, scaled by log2(e) / sqrt(D): for lane (g, t) and k32 block j,
   // dims 32j + 8t .. +7 of head g (zero rows past G), high and low parts.
   const float qscale = kLog2e * rsqrtf(float(kD));
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
                                bf16x2(lo[6], lo[7]));
   }
   __syncthreads();
-  TERN_TRACE_STAGED();
+  TERN_TRACE_MARK(staged);
   for (int k = early; k < kStages; ++k) {
     if (k < mine) fetch_chunk(slot(k), K, V, chunk(k), n);
     cp_async_commit();
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
   TERN_TRACE_BEGIN(TraceKind::attn_combine);
   pdl_launch_dependents();
   pdl_wait();
-  TERN_TRACE_WAITED();
+  TERN_TRACE_MARK(waited);
   __shared__ float w[kMaxAttnSplits], red[32];
   const int h = blockIdx.x, d = threadIdx.x, n = a.splits;
   const float* part = a.part + size_t(h) * n * (kD + 2);

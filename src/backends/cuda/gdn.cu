@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
   const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
   pdl_wait();
-  TERN_TRACE_WAITED();
+  TERN_TRACE_MARK(waited);
 
   __shared__ float q[kD], k[kD], red[3][kThreads / 32], pk[kGroups][kCols], pq[kGroups][kCols];
   const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;

@@ -238,9 +238,12 @@ enum class TraceKind : uint32_t {
   attn_split,
   attn_combine,
 };
+// A block's phases, in ns since its start (0: the kernel has no such mark).
+enum class TraceMark : uint32_t { waited, issued, staged, first, count };
 struct TraceRecord {
-  uint64_t start_ns, end_ns;                        // globaltimer
-  uint32_t kind, block, sm, waited, staged, ended;  // SM cycles since the block's start
+  uint64_t start_ns;  // globaltimer
+  uint32_t kind, block, sm, ended;
+  uint32_t mark[uint32_t(TraceMark::count)];
 };
 struct TraceSink {
   TraceRecord* rec = nullptr;
