@@ -14,4 +14,10 @@ done
 pwd >bench/prebuilt/SOURCE_DIR
 git rev-parse --short HEAD >bench/prebuilt/REV
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "+dirty" >>bench/prebuilt/REV; fi
+# TRACE=1: also a TERN_TRACE build's tern (bench/trace.sh runs it).
+if [ "${TRACE:-0}" = 1 ]; then
+  cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=ON -DTERN_TRACE=ON >/dev/null
+  cmake --build build-trace -j "$(nproc)" --target tern
+  mkdir -p bench/prebuilt/trace && cp build-trace/tern bench/prebuilt/trace/
+fi
 du -sh bench/prebuilt

@@ -28,7 +28,8 @@ namespace tern::cli {
 namespace {
 
 struct BenchOptions {
-  std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev;
+  std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev,
+                            trace;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false;
@@ -104,6 +105,21 @@ struct BenchOptions {
     << "' text-anchor='middle'>context length</text>\n</svg>\n";
 }
 
+#ifdef TERN_HAVE_CUDA
+// One line per traced block (cuda::TraceRecord).
+void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& recs) {
+  std::ofstream f(path);
+  if (!f) fail("tern bench: cannot write {}", path);
+  f << "start_ns,kind,block,sm,ended,waited,issued,staged,first\n";
+  for (const cuda::TraceRecord& r : recs) {
+    f << r.start_ns << ',' << r.kind << ',' << r.block << ',' << r.sm << ',' << r.ended;
+    for (const uint32_t m : r.mark) f << ',' << m;
+    f << '\n';
+  }
+  std::printf("trace: %zu block records in %s\n", recs.size(), path.c_str());
+}
+#endif
+
 int run_bench(const BenchOptions& o) {
   cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
 #ifndef TERN_HAVE_CUDA
@@ -169,6 +185,10 @@ int run_bench(const BenchOptions& o) {
                     {"floor_tok_s", floor_tok_s},
                     {"fraction_of_floor", tok_s / floor_tok_s},
                     {"seconds_per_repeat", secs}});
+    if (!o.trace.empty() && L == lengths.front()) {
+      be->set_length(*seq, L);
+      write_trace(o.trace, be->trace_steps(*seq, 2));
+    }
   }
   const int kernels = be->step_kernels(*seq);
   const double launch_us = cuda::launch_overhead(kernels) * 1e6;
@@ -225,6 +245,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_flag("--sample", o->sample,
                 "Time decode with the GPU sampler (temperature 0.8, top-k 40, top-p 0.95, "
                 "min-p 0.05, repetition penalty 1.1) instead of greedy");
+  cmd->add_option("--trace", o->trace,
+                  "CSV of per-block timestamps of two steps at the first --decode length (a tern "
+                  "built with -DTERN_TRACE=ON; bench/trace_summary.py reads it)");
   cmd->add_option("--leave-out", o->leave_out,
                   "Step kernels to leave out, comma-separated (embed, gdn_in, gdn_step, gdn_out, "
                   "qkv, attn_prep, attention, o_proj, route_up, down, lm_head): the step time "

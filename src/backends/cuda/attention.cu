@@ -6,6 +6,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {
 
@@ -202,6 +203,7 @@ __device__ __forceinline__ void attend_chunk(Running& st, const uint4* slot, con
 
 template <int G>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
+  TERN_TRACE_BEGIN(TraceKind::attn_split);
   pdl_launch_dependents();
   extern __shared__ uint4 smem[];
   uint4* qf = smem;
@@ -223,6 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     cp_async_commit();
   }
   pdl_wait();
+  TERN_TRACE_MARK(waited);
   // q fragments, scaled by log2(e) / sqrt(D): for lane (g, t) and k32 block j,
   // dims 32j + 8t .. +7 of head g (zero rows past G), high and low parts.
   const float qscale = kLog2e * rsqrtf(float(kD));
@@ -242,6 +245,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
                                bf16x2(lo[6], lo[7]));
   }
   __syncthreads();
+  TERN_TRACE_MARK(staged);
   for (int k = early; k < kStages; ++k) {
     if (k < mine) fetch_chunk(slot(k), K, V, chunk(k), n);
     cp_async_commit();
@@ -286,14 +290,17 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     // The combine works in natural-log units.
     if (d == 0) part[kD] = M / kLog2e, part[kD + 1] = L;
   }
+  TERN_TRACE_END();
 }
 
 // Merges the splits of one query head: the per-split weights exp(m_s - M) are
 // computed once, in parallel, then every thread (one output dim) sums its
 // column with independent loads.
 __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
+  TERN_TRACE_BEGIN(TraceKind::attn_combine);
   pdl_launch_dependents();
   pdl_wait();
+  TERN_TRACE_MARK(waited);
   __shared__ float w[kMaxAttnSplits], red[32];
   const int h = blockIdx.x, d = threadIdx.x, n = a.splits;
   const float* part = a.part + size_t(h) * n * (kD + 2);
@@ -318,9 +325,12 @@ __global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
   for (; s < n; ++s) o[0] += part[s * (kD + 2) + d] * w[s];
   const float O = ((o[0] + o[1]) + (o[2] + o[3])) + ((o[4] + o[5]) + (o[6] + o[7]));
   a.out[h * kD + d] = O / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
+  TERN_TRACE_END();
 }
 
 }  // namespace
+
+TERN_TRACE_BINDER(attention)
 
 cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
   return launch_pdl(attn_prep_kernel, dim3(a.heads + a.kv_heads), dim3(kD), 0, st, a);

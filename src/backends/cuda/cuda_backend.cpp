@@ -378,6 +378,45 @@ void CudaBackend::fill_synthetic(Sequence& seq, int64_t length, uint64_t seed) {
   set_length(s, length);
 }
 
+std::vector<TraceRecord> CudaBackend::trace_steps(Sequence& seq, int n) {
+#ifndef TERN_TRACE
+  (void)seq, (void)n;
+  fail("tern bench --trace needs a tern built with -DTERN_TRACE=ON");
+#else
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  reserve(s, s.length() + n + 1);
+  run_step(s);  // capture and warm up untraced
+  s.length_ -= 1;
+  set_length(s, s.length());
+  constexpr unsigned kCapacity = 1u << 18;
+  TraceRecord* rec = nullptr;
+  unsigned* count = nullptr;
+  check(cudaMalloc(&rec, kCapacity * sizeof(TraceRecord)), "trace buffer");
+  check(cudaMalloc(&count, sizeof(unsigned)), "trace buffer");
+  check(cudaMemset(count, 0, sizeof(unsigned)), "trace buffer");
+  check(trace_bind({rec, count, kCapacity}), "trace bind");
+  for (int i = 0; i < n; ++i) run_step(s);
+  check(cudaStreamSynchronize(stream_), "trace sync");
+  check(trace_bind({}), "trace unbind");
+  unsigned got = 0;
+  check(cudaMemcpy(&got, count, sizeof got, cudaMemcpyDeviceToHost), "trace count");
+  std::vector<TraceRecord> out(std::min(got, kCapacity));
+  check(cudaMemcpy(out.data(), rec, out.size() * sizeof(TraceRecord), cudaMemcpyDeviceToHost),
+        "trace records");
+  cudaFree(rec);
+  cudaFree(count);
+  return out;
+#endif
+}
+
+#ifdef TERN_TRACE
+cudaError_t trace_bind(const TraceSink& s) {
+  for (auto bind : {trace_bind_gemv, trace_bind_moe, trace_bind_gdn, trace_bind_attention})
+    if (cudaError_t e = bind(s); e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+#endif
+
 double CudaBackend::time_steps(Sequence& seq, int n) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, s.length() + n + 1);

@@ -69,6 +69,9 @@ class CudaBackend : public Backend {
   void leave_out(const std::set<std::string>& names);
   // Seconds for n greedy steps (graph replays), timed with CUDA events.
   double time_steps(Sequence& seq, int n);
+  // For tern bench --trace (a TERN_TRACE build; throws otherwise): the
+  // per-block records of n steps (trace.cuh), after a warm-up step.
+  std::vector<TraceRecord> trace_steps(Sequence& seq, int n);
   void reserve(CudaSequence& s, int64_t n);
   const DeviceWeights& weights() const { return *w_; }
 

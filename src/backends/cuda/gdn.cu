@@ -8,6 +8,7 @@
 // pass (o = a*S^T q + (k.q) u). The gated norm is the out_proj GEMV's staging.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {
 
@@ -17,6 +18,7 @@ constexpr int kD = kGdnDim, kThreads = 2 * kD, kSplit = 4, kCols = kD / kSplit,
               kGroups = kThreads / kCols, kRows = kD / kGroups;
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
+  TERN_TRACE_BEGIN(TraceKind::gdn_step);
   pdl_launch_dependents();
   const int n = blockIdx.x / kSplit, t = threadIdx.x, lane = t % kCols, grp = t / kCols;
   const int j = blockIdx.x % kSplit * kCols + lane, r0 = grp * kRows;
@@ -28,6 +30,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
   const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
   pdl_wait();
+  TERN_TRACE_MARK(waited);
 
   __shared__ float q[kD], k[kD], red[3][kThreads / 32], pk[kGroups][kCols], pq[kGroups][kCols];
   const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
@@ -75,9 +78,12 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
 #pragma unroll
   for (int i = 0; i < kRows; ++i) S[size_t(i) * kD] = alpha * s[i] + k[r0 + i] * inv_k * u;
   if (grp == 0) a.y[n * kD + j] = alpha * sq + kq * u;
+  TERN_TRACE_END();
 }
 
 }  // namespace
+
+TERN_TRACE_BINDER(gdn)
 
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st) {
   return launch_pdl(gdn_step_kernel, dim3(a.v_heads * kSplit), dim3(kThreads), 0, st, a);

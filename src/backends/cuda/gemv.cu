@@ -209,6 +209,11 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   return launch_pdl(kernel, dim3(blocks), dim3(kThreads), stage_bytes<BITS>(a.W.cols), st, a);
 }
 
+}  // namespace
+
+TERN_TRACE_BINDER(gemv)
+
+namespace {
 bool tiled(const DMat& W) {
   return W.bits == 4 && W.cols % tile::kRound == 0 && W.cols / tile::kRound <= 2 * tile::kWarps;
 }

@@ -228,4 +228,35 @@ inline uint32_t scale_bias(uint16_t s, uint16_t b) {
 }
 cudaError_t fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t st);
 
+// Per-block timestamps (trace.cuh; a TERN_TRACE build). The kinds of the
+// traced kernels, as TraceRecord::kind.
+enum class TraceKind : uint32_t {
+  gemv_early = 1,  // dense GEMVs (weights loaded before the PDL wait)
+  gemv_routed,     // route_up
+  gemv_late,       // rows known after the wait: experts down
+  gdn_step,
+  attn_split,
+  attn_combine,
+};
+// A block's phases, in ns since its start (0: the kernel has no such mark).
+enum class TraceMark : uint32_t { waited, issued, staged, first, count };
+struct TraceRecord {
+  uint64_t start_ns;  // globaltimer
+  uint32_t kind, block, sm, ended;
+  uint32_t mark[uint32_t(TraceMark::count)];
+};
+struct TraceSink {
+  TraceRecord* rec = nullptr;
+  unsigned* count = nullptr;
+  unsigned capacity = 0;
+};
+#ifdef TERN_TRACE
+// Binds every traced translation unit to s (rec nullptr: off).
+cudaError_t trace_bind(const TraceSink& s);
+cudaError_t trace_bind_gemv(const TraceSink& s);
+cudaError_t trace_bind_moe(const TraceSink& s);
+cudaError_t trace_bind_gdn(const TraceSink& s);
+cudaError_t trace_bind_attention(const TraceSink& s);
+#endif
+
 }  // namespace tern::cuda

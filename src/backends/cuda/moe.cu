@@ -277,6 +277,11 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
                     stage_bytes<8>(a.W.cols), st, a);
 }
 
+}  // namespace
+
+TERN_TRACE_BINDER(moe)
+
+namespace {
 bool up_tiled(const ExpertsUpArgs& u) {
   const UpJob<false> job{u, {}};
   return u.gate_up.bits == 4 && job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps &&

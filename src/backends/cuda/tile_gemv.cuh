@@ -28,6 +28,7 @@
 #include <algorithm>
 
 #include "backends/cuda/tile_mma.cuh"
+#include "backends/cuda/trace.cuh"
 
 namespace tern::cuda::tile {
 
@@ -48,6 +49,9 @@ struct Sums {
 template <int RPW, int TB, typename Job>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   extern __shared__ float4 sm4[];
+  TERN_TRACE_BEGIN(Job::kEarly    ? TraceKind::gemv_early
+                   : Job::kRoutes ? TraceKind::gemv_routed
+                                  : TraceKind::gemv_late);
   if constexpr (!Job::kRoutes) pdl_launch_dependents();
   const int tiles = job.tiles(), rounds = job.rounds();
   const int units = tiles / Job::kAlign;
@@ -66,17 +70,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
   float* const sm = reinterpret_cast<float*>(sm4);
   if constexpr (Job::kEarly) start();
+  TERN_TRACE_MARK(issued);
   job.before_wait(sm, t0, t1);
   pdl_wait();
+  TERN_TRACE_MARK(waited);
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
   if constexpr (Job::kRoutes) {
     job.route(job.fetch());
     pdl_launch_dependents();
     start();
   }
+  if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
   const Staged xs = job.stage(sm + job.extra_floats(int(gridDim.x)), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
+  TERN_TRACE_MARK(staged);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
   // and reduces across warps through red half `half`.
@@ -106,8 +114,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   };
   for (int b0 = t0; b0 < t1; b0 += 2 * TB) {
     step(ld0, b0, 0);
+    if (b0 == t0) TERN_TRACE_MARK(first);
     if (b0 + TB < t1) step(ld1, b0 + TB, 1);
   }
+  TERN_TRACE_END();
 }
 
 // One block per SM (fewer when there are fewer tile groups).
