@@ -7,17 +7,19 @@ kind changes (a kernel's blocks all start before its dependent's, and
 neighbouring kernels of the step differ in kind). Every time is measured from
 the previous launch's last block end (negative: before it), as the median
 over the launch's blocks, then averaged over launches: block start, the marks
-(PDL wait returned, loads issued, input staged, first batch done; '-' where a
+(PDL wait returned, loads issued, input staged; the first batch's weights
+landed, its dot products done, its reduction synced, its epilogue done; '-' where a
 kernel has none), the median and the last block end. `last` is what the
-launch adds to the step.
+launch adds to the step; `2x`: SMs that ran more than one of its blocks.
 """
+import collections
 import csv
 import statistics
 import sys
 
 KINDS = {1: "gemv_early", 2: "route_up", 3: "down", 4: "gdn_step", 5: "attn_split",
          6: "attn_combine"}
-MARKS = ["waited", "issued", "staged", "first"]
+MARKS = ["waited", "issued", "staged", "landed", "dotted", "synced", "first"]
 
 
 def launches(rows):
@@ -53,14 +55,16 @@ def main(path):
         rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
     ls = launches(rows)
     kinds = [KINDS.get(l[0]["kind"], str(l[0]["kind"])) for l in ls]
-    cols = ["start"] + MARKS + ["end", "last"]
+    cols = ["start"] + MARKS + ["end", "last", "2x"]
     stats = {}
     prev_end = None
     for i, l in enumerate(ls):
         last_end = max(r["start_ns"] + r["ended"] for r in l)
         if prev_end is not None:
             med = lambda f: statistics.median(f(r) - prev_end for r in l)
+            per_sm = collections.Counter(r["sm"] for r in l)
             v = {"start": med(lambda r: r["start_ns"]),
+                 "2x": 1000 * sum(1 for n in per_sm.values() if n > 1),
                  "end": med(lambda r: r["start_ns"] + r["ended"]), "last": last_end - prev_end}
             for m in MARKS:
                 if any(r[m] for r in l):

@@ -75,8 +75,21 @@ struct TestMat {
     for (size_t i = 0; i < packed_sb.size(); ++i)
       packed_sb[i] = cuda::scale_bias(qb.scales[i], qb.biases[i]);
     w = to_dev(qb.packed), sb = to_dev(packed_sb);
-    dev = cuda::DMat{w.get(), sb.get(), rows, cols, bits};
+    dev = cuda::DMat{.w = w.get(), .sb = sb.get(), .rows = rows, .cols = cols, .bits = bits};
   }
+
+  // Moves the device copy into the tile layout (kernels.h) where the shape has
+  // one, as the backend does, so the GEMVs take their tensor-core path. pair:
+  // the expert width of a gate/up stack.
+  void tile(int pair = 0) {
+    if (!cuda::tileable(dev)) return;
+    void* p = nullptr;
+    ASSERT_EQ(cudaMalloc(&p, cuda::tiled_bytes(dev)), cudaSuccess);
+    tiles.reset(static_cast<uint8_t*>(p));
+    ASSERT_EQ(cuda::to_tiles(dev, tiles.get(), pair, nullptr), cudaSuccess);
+    dev.tiles = tiles.get(), dev.w = nullptr, dev.sb = nullptr;
+  }
+  DevPtr<uint8_t> tiles;
 };
 
 inline float max_abs(const std::vector<float>& v) {

@@ -24,6 +24,7 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   const auto [rows, cols, bits] = GetParam();
   std::mt19937 g(uint32_t(rows * 7 + cols + bits));
   TestMat W(rows, cols, bits, g, 0.05f);
+  W.tile();
   const auto x = randn(size_t(cols), g), nw = randn(size_t(cols), g, 0.1f),
              y0 = randn(size_t(rows), g);
   std::vector<float> normw(nw.size());
@@ -65,6 +66,7 @@ TEST(GemvGatedNorm, MatchesCpu) {
   constexpr int rows = 2048, cols = 4096, group = 128;
   std::mt19937 g(7);
   TestMat W(rows, cols, 4, g, 0.05f);
+  W.tile();
   const auto x = randn(size_t(cols), g), z = randn(size_t(cols), g), y0 = randn(size_t(rows), g),
              nw = randn(size_t(group), g, 0.1f);
   std::vector<float> normw(nw.size()), xn(static_cast<size_t>(cols)),
@@ -108,6 +110,7 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   TestMat R(E + 1, D, 8, g, 1.0f / std::sqrt(float(D)));
   TestMat GU((E + 1) * 2 * I, D, 4, g, 1.0f / std::sqrt(float(D)));
   TestMat DN((E + 1) * D, I, 4, g, 1.0f / std::sqrt(float(I)));
+  O.tile(), GU.tile(I), DN.tile();
   const auto h0 = randn(size_t(D), g), x = randn(size_t(Dx), g);
   std::vector<float> normw(static_cast<size_t>(D));
   for (float& w : normw) w = 1.0f + 0.1f * randn(1, g)[0];
@@ -118,7 +121,8 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
        dact = to_dev(std::vector<float>(size_t((k + 1) * I)));
   auto dids = to_dev(std::vector<int>(static_cast<size_t>(k)));
   auto dcnt = to_dev(std::vector<unsigned>(1, 0u));
-  auto dfeed = to_dev(std::vector<unsigned long long>(size_t(cuda::kFeedCopies) * (E + 1), 0ull));
+  const size_t feed_words = size_t(cuda::kFeedCopies) * (E + 1);
+  auto dfeed = to_dev(std::vector<unsigned long long>(2 * feed_words, 0ull));
 
   // CPU twin.
   std::vector<float> h(static_cast<size_t>(D)), a(static_cast<size_t>(D)), logits(size_t(E + 1));
@@ -145,11 +149,15 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   const cuda::ExpertsUpArgs up{GU.dev, da.get(), dids.get(), dact.get(), E, k, I};
   if (fed) {
     ASSERT_TRUE(cuda::router_fed(O.dev, ra, up));
-    ra.fed = dfeed.get();
   }
-  const cuda::RouterFeed feed{R.dev, dn.get(), ra.fed};
-  // Three tokens: the later ones check that the feed and the counter reset.
+  // Three tokens, the feeds in turn as the backend's layers take them: the
+  // later ones check that the feeds and the counter reset.
   for (int rep = 0; rep < 3; ++rep) {
+    if (fed) {
+      ra.fed = dfeed.get() + size_t(rep % 2) * feed_words;
+      ra.spent = dfeed.get() + size_t(1 - rep % 2) * feed_words;
+    }
+    const cuda::RouterFeed feed{R.dev, dn.get(), ra.fed};
     ASSERT_EQ(cudaMemcpy(dh.get(), h0.data(), h0.size() * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
     ASSERT_EQ(

@@ -364,10 +364,6 @@ cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
       return cudaErrorInvalidValue;
   }
   if (a.splits < 1 || a.splits > kMaxAttnSplits) return cudaErrorInvalidValue;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSplitSmem));
-      e != cudaSuccess)
-    return e;
   const dim3 grid(a.kv_heads, a.splits);
   if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), kSplitSmem, st, a);
       e != cudaSuccess)

@@ -112,6 +112,56 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Bulk copies (the TMA engine, one instruction per contiguous piece) into
+// shared memory, completing on an mbarrier: one thread issues the copies and
+// arms the barrier with their byte count (before or after issuing them), the
+// block's threads wait for the phase to flip.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+}
+// Makes the barriers' initialisation visible to the bulk-copy engine.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global src
+// to shared dst, evicted first from L2 (weights are read once a step).
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+      "[%0], [%1], %2, [%3], pol; }" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// Shared-memory classes that place the decode blocks: a wide block (over half
+// an SM's shared memory) never shares an SM with another wide one, and a narrow
+// block (over half of what a wide one leaves) fits once beside a wide one. The
+// tile GEMVs are wide, the kernels between them narrow, so a kernel's blocks
+// spread one an SM and the next kernel's blocks start beside them and load
+// early (bench/membench.cu, docs/kernels/cuda-decode.md round 6).
+constexpr size_t kWideSmem = 150 * 1024, kNarrowSmem = 60 * 1024;
+// The most a narrow block may take beside a wide one (1 KB reserved a block,
+// up to 4 KB of static shared memory).
+constexpr size_t kMaxNarrowSmem = 228 * 1024 - kWideSmem - 6 * 1024;
+
 // The current device's SM count (queried once).
 inline int sm_count() {
   static const int sms = [] {
@@ -138,6 +188,17 @@ cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  // The whole 228 KB of an SM as shared memory for every kernel: a smaller
+  // carveout picked for one kernel would keep the next one's blocks off the
+  // SMs it runs on (see kWideSmem).
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      e != cudaSuccess)
+    return e;
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
       e != cudaSuccess)
     return e;

@@ -81,7 +81,8 @@ void CudaBackend::init() {
   part_ = buf(size_t(c.n_heads) * kMaxAttnSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
   rlogits_ = buf(size_t(c.n_experts + 1));
-  feed_ = reinterpret_cast<unsigned long long*>(buf(2 * size_t(kFeedCopies) * (c.n_experts + 1)));
+  // Two feeds of kFeedCopies u64 logits (two floats each), alternating by layer.
+  feed_ = reinterpret_cast<unsigned long long*>(buf(4 * size_t(kFeedCopies) * (c.n_experts + 1)));
   wts_ = buf(kMaxTopK + 1);
   act_ = buf(size_t(kMaxTopK + 1) * c.moe_inter);
   logits_ = buf(size_t(c.vocab));
@@ -157,14 +158,32 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     if (left_out_.count(what) == 0) check(enqueue(), what);
   };
   launch("embed", [&] { return embed(W.embed, s.ints + kToken, h_, st); });
+  // The GEMV that finishes h feeds the router where the shapes allow, into the
+  // two feeds in turn (each launch zeroes the other); an even number of fed
+  // layers a step, so the turns carry over to the next step.
+  auto fed = [&](int i) {
+    const DevLayer& L = W.layers[size_t(i)];
+    const ExpertsUpArgs up{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
+    RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
+                 rlogits_, counters_, ids_,        wts_,      c.top_k};
+    return router_fed(L.type == LayerType::linear_attention ? L.out : L.o, r, up);
+  };
+  std::vector<int> feeding;
+  for (int i = 0; i < c.n_layers; ++i)
+    if (fed(i)) feeding.push_back(i);
+  if (feeding.size() % 2 == 1) feeding.pop_back();
+  const size_t feed_words = size_t(kFeedCopies) * (c.n_experts + 1);
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     const bool linear = L.type == LayerType::linear_attention;
     RouterArgs r{L.router,  h_,   L.post_norm, c.rms_eps, a_,     rlogits_,
                  counters_, ids_, wts_,        c.top_k,   nullptr};
     const ExpertsUpArgs up{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
-    // The GEMV that finishes h feeds the router where the shapes allow.
-    if (router_fed(linear ? L.out : L.o, r, up)) r.fed = feed_;
+    if (const auto k = std::find(feeding.begin(), feeding.end(), i); k != feeding.end()) {
+      const size_t turn = size_t(k - feeding.begin()) % 2;
+      r.fed = feed_ + turn * feed_words;
+      r.spent = feed_ + (1 - turn) * feed_words;
+    }
     const RouterFeed feed{L.router, L.post_norm, r.fed};
     if (linear) {
       const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;

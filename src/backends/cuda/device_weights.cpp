@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -48,6 +49,19 @@ DMat DeviceWeights::alloc_mat(int rows, int cols, int bits) {
   m.w = static_cast<uint32_t*>(alloc(size_t(rows) * cols * bits / 8));
   m.sb = static_cast<uint32_t*>(alloc(size_t(rows) * (cols / kGroup) * 4));
   return m;
+}
+
+void DeviceWeights::to_tile_layout(DMat& m, int pair) {
+  if (!tileable(m)) return;
+  auto* t = static_cast<uint8_t*>(alloc(tiled_bytes(m)));
+  check(to_tiles(m, t, pair, nullptr), "tile layout");
+  check(cudaDeviceSynchronize(), "tile layout");
+  for (const void* p : {static_cast<const void*>(m.w), static_cast<const void*>(m.sb)}) {
+    ptrs_.erase(std::find(ptrs_.begin(), ptrs_.end(), p));
+    cudaFree(const_cast<void*>(p));
+  }
+  bytes_ -= m.bytes();
+  m.tiles = t, m.w = nullptr, m.sb = nullptr;
 }
 
 float* DeviceWeights::alloc_vec(size_t n) {
@@ -146,9 +160,17 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
       put(dl.gate_up, e * 2 * I + I, e < E ? m.up[size_t(e)] : m.shared_up);
       put(dl.down, e * D, e < E ? m.down[size_t(e)] : m.shared_down);
     }
+    d->tile_layer(dl);
     d->layers.push_back(dl);
   }
+  d->to_tile_layout(d->lm_head, 0);
   return d;
+}
+
+void DeviceWeights::tile_layer(DevLayer& L) {
+  for (DMat* m : {&L.in_proj, &L.out, &L.qkv, &L.o, &L.down})
+    if (m->w != nullptr) to_tile_layout(*m, 0);
+  to_tile_layout(L.gate_up, cfg.moe_inter);
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint64_t seed) {
@@ -200,8 +222,10 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
     L.router = mat(E + 1, D, 8, in);
     L.gate_up = mat((E + 1) * 2 * I, D, 4, in);
     L.down = mat((E + 1) * D, I, 4, 0.3f / std::sqrt(float(I)));
+    d->tile_layer(L);
     d->layers.push_back(L);
   }
+  d->to_tile_layout(d->lm_head, 0);
   check(cudaDeviceSynchronize(), "random weights");
   return d;
 }

@@ -1,5 +1,6 @@
 // The model's weights on the GPU, uploaded once and kept 4-bit (8-bit router),
-// with the load-time stacking the decode kernels want: GDN [qkv; z; b; a],
+// the GEMVs' matrices in the tile layout (kernels.h), with the load-time
+// stacking the decode kernels want: GDN [qkv; z; b; a],
 // attention [q; k; v], router [gate; shared_expert_gate], and the shared
 // expert appended to the expert stacks as expert n_experts. Built from a
 // loaded checkpoint or, for tern bench --dummy, from random bytes on the GPU.
@@ -45,6 +46,11 @@ class DeviceWeights {
   void* alloc(size_t bytes);
   DMat alloc_mat(int rows, int cols, int bits);
   float* alloc_vec(size_t n);
+  // Moves m (MLX layout, when tileable) into the tile layout the tensor-core
+  // GEMVs read (kernels.h); pair as for to_tiles.
+  void to_tile_layout(DMat& m, int pair);
+  // The layer's matrices the tensor-core GEMVs read, into the tile layout.
+  void tile_layer(DevLayer& L);
   std::vector<void*> ptrs_;
   size_t bytes_ = 0;
 };

@@ -85,8 +85,10 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
 
 TERN_TRACE_BINDER(gdn)
 
+// Narrow (common.cuh): one block beside each in-projection block, spread over
+// the SMs instead of packed onto the few with room.
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st) {
-  return launch_pdl(gdn_step_kernel, dim3(a.v_heads * kSplit), dim3(kThreads), 0, st, a);
+  return launch_pdl(gdn_step_kernel, dim3(a.v_heads * kSplit), dim3(kThreads), kNarrowSmem, st, a);
 }
 
 }  // namespace tern::cuda

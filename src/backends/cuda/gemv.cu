@@ -85,6 +85,7 @@ struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true, kRoutes = false;
   static constexpr int kAlign = 1;
+  static constexpr bool kNarrow = false;
   __host__ __device__ int tiles() const { return (a.W.rows + 15) / 16; }
   __host__ __device__ int rounds() const { return a.W.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.W.cols; }
@@ -127,9 +128,10 @@ struct DenseJob {
     }
     cp_async_commit();
   }
-  __device__ tile::Load load(int t, int round) const {
-    const int row = t * 16 + int((threadIdx.x & 31) >> 2), last = a.W.rows - 1;
-    return tile::load(a.W, uint32_t(min(row, last)), uint32_t(min(row + 8, last)), round);
+  __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
+  __host__ __device__ int pieces() const { return 1; }
+  __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
+    tile::copy_tile(a.W, size_t(t), st, bar);
   }
   // Staging, then (when before_wait copied anything) every thread's copies are
   // complete and visible to the block.
@@ -214,8 +216,9 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 TERN_TRACE_BINDER(gemv)
 
 namespace {
+// The tensor-core path takes matrices in the tile layout of up to 32 rounds.
 bool tiled(const DMat& W) {
-  return W.bits == 4 && W.cols % tile::kRound == 0 && W.cols / tile::kRound <= 2 * tile::kWarps;
+  return W.tiles != nullptr && W.cols / tile::kRound <= 2 * tile::kWarps;
 }
 
 }  // namespace
@@ -233,8 +236,12 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > 256 || (ng & (ng - 1)) != 0 || a.W.cols % ng != 0 ||
                   a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
-  if (tiled(a.W))
-    return job.rounds() <= tile::kWarps ? tile::launch<1, 3>(job, st) : tile::launch<2, 1>(job, st);
+  // Blocks of at most 6 tiles take them in one batch.
+  if (tiled(a.W)) {
+    if (job.rounds() > tile::kWarps) return tile::launch<2, 1>(job, st);
+    return tile::per_block(job) <= 6 ? tile::launch<1, 6>(job, st) : tile::launch<1, 3>(job, st);
+  }
+  if (a.W.w == nullptr) return cudaErrorInvalidValue;
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);
   return cudaErrorInvalidValue;

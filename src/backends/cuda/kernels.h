@@ -18,17 +18,41 @@ constexpr int kHeadDim = 256;  // attention head width (checked at load)
 constexpr int kMaxTopK = 8;
 
 // An affine-quantised matrix on the device, MLX layout: `w` rows of cols*bits/32
-// words, `sb` [rows][cols/64] scale|bias words.
+// words, `sb` [rows][cols/64] scale|bias words. A 4-bit matrix the tensor-core
+// GEMVs read is kept in the tile layout instead (`tiles`; w and sb null):
+// 16-row tiles of 9 * cols bytes (the last padded with zero rows), each a run
+// of 1,152-byte rounds of 128 columns: per lane (g, t) of a warp the 16 bytes
+// of codes at chunk 4 round + t of the tile's row g, then the same of row
+// g + 8, then the 16 rows' scale|bias words of the round's two groups (row i,
+// group j at word 2 i + j). A lane's loads are then contiguous across the warp
+// (no shared-memory bank conflicts) and a tile is one bulk copy.
 struct DMat {
   const uint32_t* w = nullptr;
   // Per row and group: the bf16 scale in the low half, the bf16 bias in the
   // high half (one load for both).
   const uint32_t* sb = nullptr;
+  const uint8_t* tiles = nullptr;
   int rows = 0, cols = 0, bits = 0;
   size_t bytes() const {
     return size_t(rows) * cols * bits / 8 + size_t(rows) * (cols / kGroup) * 4;
   }
 };
+
+constexpr int kTileRound = 128;        // columns a round of a tile
+constexpr int kTileRoundBytes = 1152;  // 16 rows x 128 codes + 32 words
+// Whether m's shape has a tile layout.
+inline bool tileable(const DMat& m) {
+  return m.bits == 4 && m.cols % kTileRound == 0;
+}
+// Bytes of m in the tile layout.
+inline size_t tiled_bytes(const DMat& m) {
+  return size_t(m.rows + 15) / 16 * (m.cols / kTileRound) * kTileRoundBytes;
+}
+// Writes the tile layout of m (MLX layout, tileable) to out. pair > 0 orders
+// the rows of gate/up stacks ([expert][gate rows; up rows], pair rows each):
+// tile p of an expert holds gate rows 8p..8p+7 and up rows 8p..8p+7, so a
+// tile finishes SwiGLU on its own.
+cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st);
 
 // What the GEMV does with each output row.
 enum class GemvOut { store, add, conv };
@@ -90,6 +114,9 @@ struct RouterArgs {
   float* wts = nullptr;         // [top_k + 1]
   int top_k = 0;
   unsigned long long* fed = nullptr;  // the logits the GEMV before fed (RouterFeed::acc)
+  // The previous layer's feed (another buffer, read by a finished launch),
+  // zeroed here for the next layer's producer; the feeds alternate by layer.
+  unsigned long long* spent = nullptr;
 };
 
 // gate+up+SwiGLU of the top_k routed experts and the shared expert (stacked as
@@ -239,7 +266,7 @@ enum class TraceKind : uint32_t {
   attn_combine,
 };
 // A block's phases, in ns since its start (0: the kernel has no such mark).
-enum class TraceMark : uint32_t { waited, issued, staged, first, count };
+enum class TraceMark : uint32_t { waited, issued, staged, landed, dotted, synced, first, count };
 struct TraceRecord {
   uint64_t start_ns;  // globaltimer
   uint32_t kind, block, sm, ended;

@@ -100,7 +100,47 @@ __global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t
     p[i] = lo + (hi - lo) * unit(seed, i);
 }
 
+// Thread per 16-byte piece of the tile layout (kernels.h): pieces 0-31 of a
+// round are lanes' codes of rows g, 32-63 of rows g + 8, 64-71 the words.
+__global__ void to_tiles_kernel(DMat m, uint4* out, int pair, size_t pieces) {
+  constexpr int kPieces = kTileRoundBytes / 16;
+  const int rounds = m.cols / kTileRound;
+  const uint4* w = reinterpret_cast<const uint4*>(m.w);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < pieces;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const size_t T = i / (size_t(rounds) * kPieces);
+    const int r = int(i / kPieces % rounds), p = int(i % kPieces);
+    auto row = [&](int k) -> size_t {
+      if (pair == 0) return T * 16 + size_t(k);
+      const size_t e = T / size_t(pair / 8), q = T % size_t(pair / 8);
+      return e * 2 * pair + (k < 8 ? 0 : pair) + q * 8 + size_t(k % 8);
+    };
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (p < 64) {
+      const size_t R = row(p % 32 / 4 + (p < 32 ? 0 : 8));
+      if (R < size_t(m.rows)) v = w[R * (m.cols / 32) + size_t(4 * r + p % 4)];
+    } else {
+      uint32_t x[4];
+      for (int j = 0; j < 4; ++j) {
+        const int word = (p - 64) * 4 + j;
+        const size_t R = row(word / 2);
+        x[j] = R < size_t(m.rows) ? m.sb[R * (m.cols / kGroup) + size_t(2 * r + word % 2)] : 0u;
+      }
+      v = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+    out[i] = v;
+  }
+}
+
 }  // namespace
+
+cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st) {
+  if (!tileable(m) || m.w == nullptr || (pair > 0 && (pair % 8 != 0 || m.rows % (2 * pair) != 0)))
+    return cudaErrorInvalidValue;
+  to_tiles_kernel<<<1024, 256, 0, st>>>(m, reinterpret_cast<uint4*>(out), pair,
+                                        tiled_bytes(m) / 16);
+  return cudaGetLastError();
+}
 
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
   return launch_pdl(embed_kernel, dim3((E.cols + 255) / 256), dim3(256), 0, st, E, token, h);

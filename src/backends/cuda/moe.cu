@@ -18,32 +18,40 @@ __device__ __forceinline__ int slot_expert(const Args& a, int slot) {
   return slot < a.top_k ? a.ids[slot] : a.n_experts;
 }
 
-// One warp's top-k of the E expert logits in l (ties to the lower index, as
-// on the CPU): lane t < top_k gets the t-th expert and its logit. Each round
-// is two warp reductions (redux.sync) on keys that order like the floats.
-// The order is the same for any positive scale of the logits, so the experts
-// can be picked before the RMSNorm factor is known.
+// One warp's top-k of the E <= 32 N expert logits in l (ties to the lower
+// index, as on the CPU): lane t < top_k gets the t-th expert and its logit.
+// Each lane keeps keys that order like the floats for its N entries in
+// registers; each round is a local maximum and two warp reductions
+// (redux.sync). The order is the same for any positive scale of the logits, so
+// the experts can be picked before the RMSNorm factor is known.
 struct Choice {
   int id;
   float logit;
 };
+template <int N>
 __device__ Choice pick_experts(const float* l, int E, int top_k) {
   const int lane = threadIdx.x & 31;
+  // Sign-flipped bits order like the floats and are never 0, which marks the
+  // entries already chosen (and those past E).
+  unsigned key[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int e = lane + 32 * i;
+    const unsigned u = e < E ? __float_as_uint(l[e]) : 0u;
+    key[i] = e >= E ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+  }
   Choice c{0, 0.0f};
-  unsigned taken = 0;  // bit i: this lane's entry lane + 32 i is chosen
   for (int t = 0; t < top_k; ++t) {
-    // Sign-flipped bits order like the floats and are never 0, which marks
-    // the entries already chosen.
     unsigned best = 0, bi = ~0u;
-    for (int i = 0, e = lane; e < E; ++i, e += 32) {
-      const unsigned u = __float_as_uint(l[e]);
-      const unsigned key = (taken >> i & 1u) ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
-      if (key > best) best = key, bi = unsigned(e);
-    }
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (key[i] > best) best = key[i], bi = unsigned(lane + 32 * i);
     const unsigned top = __reduce_max_sync(kFull, best);
     const unsigned id = __reduce_min_sync(kFull, best == top ? bi : ~0u);
     if (lane == t) c.id = int(id), c.logit = l[id];
-    if (lane == int(id % 32)) taken |= 1u << (id / 32);
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (unsigned(lane + 32 * i) == id) key[i] = 0u;
   }
   return c;
 }
@@ -89,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) router_kernel(RouterArgs a) {
   __shared__ float p[kMaxExperts + 1];
   for (int e = threadIdx.x; e <= E; e += kThreads) p[e] = __ldcg(a.logits + e);
   __syncthreads();
-  if (warp == 0) write_choice(a, pick_experts(p, E, a.top_k), p[E], 1.0f);
+  if (warp == 0) write_choice(a, pick_experts<kMaxExperts / 32>(p, E, a.top_k), p[E], 1.0f);
 }
 
 __global__ void __launch_bounds__(kThreads) experts_up_kernel(ExpertsUpArgs a) {
@@ -148,20 +156,20 @@ __global__ void __launch_bounds__(kThreads, 2) experts_down_kernel(ExpertsDownAr
 
 // Tensor-core versions (tile_gemv.cuh). Gate/up: tile p of slot s holds the
 // gate rows of features 8p..8p+7 in its rows 0-7 and their up rows in rows
-// 8-15, so every tile finishes SwiGLU on its own (and blocks' shares of the
-// tiles need no pairing, which keeps every block within two batches). Rows
-// depend on the routing, so loads wait for it. With kRoutes_ the job routes
+// 8-15 (to_tiles' pairs), so every tile finishes SwiGLU on its own. Rows
+// depend on the routing, so copies wait for it. With kRoutes_ the job routes
 // the token itself from the logits the previous GEMV fed (r.fed): every block
 // reads them (thread e logit e) and picks the experts into shared memory
 // before staging; block 0 writes them out for down with their weights, which
-// need the staged RMSNorm factor; the last block to have read the feed zeroes
-// it for the next layer's.
+// need the staged RMSNorm factor; the last block zeroes the previous layer's
+// feed (r.spent) for the next layer's producer.
 template <bool kRoutes_>
 struct UpJob {
   ExpertsUpArgs a;
   RouterArgs r;  // only when routing
   static constexpr bool kEarly = false, kRoutes = kRoutes_;
   static constexpr int kAlign = 1;
+  static constexpr bool kNarrow = false;
   __host__ __device__ int per_slot() const { return a.inter / 8; }
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
@@ -176,10 +184,12 @@ struct UpJob {
     if constexpr (kRoutes) return slot < a.top_k ? routed()[slot] : a.n_experts;
     return slot_expert(a, slot);
   }
-  __device__ tile::Load load(int t, int round) const {
-    const int slot = t / per_slot(), p = t % per_slot(), g = int((threadIdx.x & 31) >> 2);
-    const uint32_t gate = uint32_t(expert(slot) * 2 * a.inter + p * 8 + g);
-    return tile::load(a.gate_up, gate, gate + uint32_t(a.inter), round);
+  __host__ __device__ tile::TileImage image() const { return tile::TileImage{cols()}; }
+  // Tile p of an expert (gate rows 8p..8p+7, up rows 8p..8p+7: to_tiles' pairs).
+  __host__ __device__ int pieces() const { return 1; }
+  __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
+    const int slot = t / per_slot();
+    tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + t % per_slot(), st, bar);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
     if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
@@ -211,20 +221,21 @@ struct UpJob {
     p[threadIdx.x] = float(fed) * 0x1p-32f;
     __syncthreads();
     if (threadIdx.x < 32) {
-      const Choice c = pick_experts(p, r.W.rows - 1, a.top_k);
+      const Choice c = pick_experts<tile::kThreads / 32>(p, r.W.rows - 1, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
     }
     __syncthreads();
   }
   // After staging (the loads are out): block 0 writes the choice for down
-  // with the weights (scaled logits); the last block to have read the feed
-  // zeroes it for the next layer.
+  // with the weights (scaled logits), and the last block zeroes the previous
+  // layer's feed (no one reads it any more) for the next layer's producer.
   __device__ void settle(const tile::Staged& xs) const {
     if (blockIdx.x == 0 && threadIdx.x < 32)
       write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.norm);
-    if (last_block(r.counter))
-      for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads) r.fed[i] = 0;
+    if (blockIdx.x == gridDim.x - 1)
+      for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads)
+        r.spent[i] = 0;
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
   __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
@@ -242,6 +253,7 @@ struct DownJob {
   ExpertsDownArgs a;
   static constexpr bool kEarly = false, kRoutes = false;
   static constexpr int kAlign = 1;
+  static constexpr bool kNarrow = true;  // between route_up and the next wide GEMV
   __host__ __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
   __host__ __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
   __host__ __device__ int tiles() const { return hidden() / 16; }
@@ -249,10 +261,13 @@ struct DownJob {
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
   __host__ __device__ size_t extra_floats(int) const { return 0; }
   __device__ void before_wait(float*, int, int) const {}
-  __device__ tile::Load load(int t, int round) const {
-    const int slot = round / slot_rounds(), g = int((threadIdx.x & 31) >> 2);
-    const uint32_t row = uint32_t(slot_expert(a, slot) * hidden() + t * 16 + g);
-    return tile::load(a.down, row, row + 8, round % slot_rounds());
+  __host__ __device__ tile::TileImage image() const { return tile::TileImage{cols()}; }
+  // Piece s: slot s's part of the image, tile t of its expert's rows.
+  __host__ __device__ int pieces() const { return a.top_k + 1; }
+  __device__ void copy(int t, int s, uint8_t* st, uint64_t* bar) const {
+    const uint32_t slot_bytes = tile::TileImage{a.down.cols}.bytes();
+    tile::copy_tile(a.down, size_t(slot_expert(a, s)) * (hidden() / 16) + t, st + s * slot_bytes,
+                    bar);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
@@ -284,8 +299,7 @@ TERN_TRACE_BINDER(moe)
 namespace {
 bool up_tiled(const ExpertsUpArgs& u) {
   const UpJob<false> job{u, {}};
-  return u.gate_up.bits == 4 && job.cols() % tile::kRound == 0 && job.rounds() <= tile::kWarps &&
-         u.inter % 8 == 0;
+  return u.gate_up.tiles != nullptr && job.rounds() <= tile::kWarps && u.inter % 8 == 0;
 }
 
 // Whether UpJob<true> can route r from fed logits for gate/up u.
@@ -303,11 +317,13 @@ bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& 
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st) {
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
-    if (!fed_routable(r, u)) return cudaErrorInvalidValue;
-    return tile::launch<1, 3>(UpJob<true>{u, r}, st);
+    if (!fed_routable(r, u) || r.spent == nullptr || r.spent == r.fed) return cudaErrorInvalidValue;
+    const UpJob<true> job{u, r};
+    return tile::per_block(job) <= 6 ? tile::launch<1, 6>(job, st) : tile::launch<1, 3>(job, st);
   }
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
   if (up_tiled(u)) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);
+  if (u.gate_up.w == nullptr) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);
@@ -315,10 +331,11 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
 
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
-  const int D = a.down.rows / (a.n_experts + 1), I = a.down.cols;
+  const int D = a.down.rows / (a.n_experts + 1);
   const DownJob job{a};
-  if (I % tile::kRound == 0 && D % 16 == 0 && job.rounds() <= 3 * tile::kWarps)
+  if (a.down.tiles != nullptr && D % 16 == 0 && job.rounds() <= 3 * tile::kWarps)
     return tile::launch<3, 1>(job, st);
+  if (a.down.w == nullptr) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);

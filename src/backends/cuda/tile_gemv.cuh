@@ -1,27 +1,36 @@
 // The tensor-core GEMV kernel shared by the dense projections and the MoE
 // experts (tile_mma.cuh has the per-round arithmetic). One block per SM owns a
 // contiguous range of 16-row tiles and walks it in batches of TB tiles, its 16
-// warps splitting the rounds (128 columns each, RPW per warp). Two batches'
-// weights are loaded into registers up front (before waiting for the previous
-// kernel when the job's rows do not depend on it), and each batch's
-// successor-but-one goes out as soon as the batch's registers are consumed.
+// warps splitting the rounds (128 columns each, RPW per warp). The tiles (the
+// tile layout, kernels.h) come into a ring of shared-memory stages by bulk
+// copies (the TMA engine; a lane a copy), issued before waiting for the
+// previous kernel when the job's rows do not depend on it; a stage is refilled
+// as soon as its batch is consumed.
+// A block takes at most 64 registers a thread and a shared-memory class
+// (common.cuh), so the next kernel's block starts beside it and its copies go
+// out while this one computes: DRAM stays busy across kernel boundaries
+// (bench/membench.cu: 10.6 MB in 2.45 us that way, 4.1-4.7 us without).
 //
-// A Job says which rows a (tile, round) reads and what becomes of the sums:
+// A Job says which rows a tile holds and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
 //   static constexpr bool kRoutes; // picks its rows itself after the PDL
 //                                  // wait: route(fetch()), then dependents
-//                                  // launch and loads go out; settle(staged)
+//                                  // launch and copies go out; settle(staged)
 //                                  // after staging
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
+//   static constexpr bool kNarrow; // the narrow shared-memory class (common.cuh)
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
 //                                      cols: the staged activation's length
-//   size_t extra_floats(int blocks) const;  // shared memory of its own, ahead
-//                                  // of staging
+//   tile::TileImage image() const;  // host and device
+//   size_t extra_floats(int blocks) const;  // shared memory of its own, at the
+//                                  // start
 //   void before_wait(float* extra, int t0, int t1) const;  // cp.async copies
 //                                  // that need no earlier kernel (block's tiles)
-//   tile::Load load(int tile, int round) const;
-//   tile::Staged stage(float* smem, float** red) const;  // smem: after the extra;
-//                                  // waits for before_wait's copies
+//   int pieces() const;            // host and device: bulk copies a tile
+//   void copy(int tile, int piece, uint8_t* stage, uint64_t* bar) const;  // one
+//                                  // thread: one piece of the tile's image
+//   tile::Staged stage(float* smem, float** red) const;  // waits for
+//                                  // before_wait's copies
 //   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
 #pragma once
 
@@ -46,32 +55,81 @@ struct Sums {
   }
 };
 
+// One block per SM (fewer when there are fewer tile groups).
+template <typename Job>
+int blocks(const Job& job) {
+  return std::max(1, std::min(job.tiles() / Job::kAlign, sm_count()));
+}
+
+// The most tiles a block takes.
+template <typename Job>
+int per_block(const Job& job) {
+  const int b = blocks(job), units = job.tiles() / Job::kAlign;
+  return (units + b - 1) / b * Job::kAlign;
+}
+
+// Shared memory of a block: the job's extra floats, the ring, its barriers,
+// the staged activation and the reduction space; the ring takes what its class
+// (common.cuh: wide unless Job::kNarrow) leaves, up to a stage a tile.
+constexpr int kMaxStages = 16;
+constexpr size_t align128(size_t n) {
+  return (n + 127) / 128 * 128;
+}
+template <int TB, typename Job>
+struct Layout {
+  size_t extra, ring, bars, stage, total;
+  int stages;
+  explicit Layout(const Job& job) {
+    extra = align128(sizeof(float) * job.extra_floats(blocks(job)));
+    const size_t fixed = extra + 8 * kMaxStages + stage_bytes(job.cols(), 2 * kWarps * TB * 16);
+    const size_t cap = Job::kNarrow ? kMaxNarrowSmem : kWideSmem;
+    const size_t fit = fixed < cap ? (cap - fixed) / job.image().bytes() : 0;
+    stages = int(std::min<size_t>({fit, size_t(per_block(job)), size_t(kMaxStages)}));
+    ring = extra;
+    bars = ring + size_t(stages) * job.image().bytes();
+    stage = bars + 8 * kMaxStages;
+    total = std::max(fixed + size_t(stages) * job.image().bytes(),
+                     Job::kNarrow ? kNarrowSmem : kWideSmem);
+  }
+};
+
 template <int RPW, int TB, typename Job>
-__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
+__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, Job> lay) {
   extern __shared__ float4 sm4[];
   TERN_TRACE_BEGIN(Job::kEarly    ? TraceKind::gemv_early
                    : Job::kRoutes ? TraceKind::gemv_routed
                                   : TraceKind::gemv_late);
   if constexpr (!Job::kRoutes) pdl_launch_dependents();
-  const int tiles = job.tiles(), rounds = job.rounds();
+  const int tiles = job.tiles(), rounds = job.rounds(), S = lay.stages;
   const int units = tiles / Job::kAlign;
   const int t0 = int(blockIdx.x * unsigned(units) / gridDim.x) * Job::kAlign;
   const int t1 = int((blockIdx.x + 1) * unsigned(units) / gridDim.x) * Job::kAlign;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
-  using Batch = Load[TB][RPW];
-  auto issue = [&](Batch& ld, int b0) {
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-#pragma unroll
-      for (int j = 0; j < RPW; ++j)
-        if (warp * RPW + j < rounds && b0 + tt < t1) ld[tt][j] = job.load(b0 + tt, warp * RPW + j);
+  uint8_t* const base = reinterpret_cast<uint8_t*>(sm4);
+  uint8_t* const ring = base + lay.ring;
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(base + lay.bars);
+  const TileImage img = job.image();
+  auto stage_of = [&](int t) { return ring + size_t((t - t0) % S) * img.bytes(); };
+  // Piece p of tile t's copies into its stage; piece 0 arms the stage's
+  // barrier. The first stages' pieces go out from the lanes of warp 0.
+  const int P = job.pieces();
+  auto issue = [&](int t, int p) {
+    uint64_t* bar = bars + (t - t0) % S;
+    if (p == 0) mbar_arrive_expect(bar, img.bytes());
+    job.copy(t, p, stage_of(t), bar);
   };
-  Batch ld0, ld1;
-  auto start = [&] { issue(ld0, t0), issue(ld1, t0 + TB); };
-  float* const sm = reinterpret_cast<float*>(sm4);
+  auto start = [&] {
+    const int n = min(t1 - t0, S) * P;
+    for (int i = int(threadIdx.x); threadIdx.x < 32 && i < n; i += 32) issue(t0 + i / P, i % P);
+  };
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(bars + i);
+    mbar_init_fence();
+  }
+  __syncthreads();
   if constexpr (Job::kEarly) start();
   TERN_TRACE_MARK(issued);
-  job.before_wait(sm, t0, t1);
+  job.before_wait(reinterpret_cast<float*>(base), t0, t1);
   pdl_wait();
   TERN_TRACE_MARK(waited);
   if constexpr (!Job::kEarly && !Job::kRoutes) start();
@@ -82,22 +140,28 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
   }
   if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
-  const Staged xs = job.stage(sm + job.extra_floats(int(gridDim.x)), &red);
+  const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
   TERN_TRACE_MARK(staged);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
-  // Computes the batch at b0 from ld, refills ld with the batch at b0 + 2 TB,
-  // and reduces across warps through red half `half`.
-  auto step = [&](Batch& ld, int b0, int half) {
+  // Batch b0's sums reduced across warps through red half `half`; its stages
+  // are refilled once every warp is past them.
+  int half = 0;
+  for (int b0 = t0; b0 < t1; b0 += TB, half ^= 1) {
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+      if (b0 + tt < t1) mbar_wait(bars + (b0 + tt - t0) % S, uint32_t((b0 + tt - t0) / S) & 1u);
+    if (b0 == t0) TERN_TRACE_MARK(landed);
     float acc[TB][2] = {};
 #pragma unroll
     for (int j = 0; j < RPW; ++j)
       if (warp * RPW + j < rounds) {
-        const Fragment f = fragment(xs, 4 * (warp * RPW + j));
+        const int r = warp * RPW + j;
+        const Fragment f = fragment(xs, 4 * r);
 #pragma unroll
-        for (int tt = 0; tt < TB; ++tt) round_dot(ld[tt][j], f, acc[tt][0], acc[tt][1]);
+        for (int tt = 0; tt < TB; ++tt)
+          if (b0 + tt < t1) round_dot(img.read(stage_of(b0 + tt), r), f, acc[tt][0], acc[tt][1]);
       }
-    issue(ld, b0 + 2 * TB);
     float* rd = red + half * kWarps * TB * 16;
 #pragma unroll
     for (int tt = 0; tt < TB; ++tt) {
@@ -107,32 +171,27 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(Job job) {
         rd[warp * TB * 16 + tt * 16 + g + 8] = v8;
       }
     }
+    if (b0 == t0) TERN_TRACE_MARK(dotted);
     __syncthreads();
+    // The freed stages' refills from the last warp (the epilogues use the first).
+    if (warp == kWarps - 1)
+      for (int i = lane; i < TB * P && b0 + i / P + S < t1; i += 32) issue(b0 + i / P + S, i % P);
+    if (b0 == t0) TERN_TRACE_MARK(synced);
     Sums s = sums;
     s.p = rd;
     job.finish(b0, t0, t1, s);
-  };
-  for (int b0 = t0; b0 < t1; b0 += 2 * TB) {
-    step(ld0, b0, 0);
     if (b0 == t0) TERN_TRACE_MARK(first);
-    if (b0 + TB < t1) step(ld1, b0 + TB, 1);
   }
   TERN_TRACE_END();
-}
-
-// One block per SM (fewer when there are fewer tile groups).
-template <typename Job>
-int blocks(const Job& job) {
-  return std::max(1, std::min(job.tiles() / Job::kAlign, sm_count()));
 }
 
 template <int RPW, int TB, typename Job>
 cudaError_t launch(const Job& job, cudaStream_t st) {
   if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
-  const int blocks = tile::blocks(job);
-  const size_t smem =
-      stage_bytes(job.cols(), 2 * kWarps * TB * 16) + sizeof(float) * job.extra_floats(blocks);
-  return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks), dim3(kThreads), smem, st, job);
+  const Layout<TB, Job> lay(job);
+  if (lay.stages < std::min(TB, per_block(job))) return cudaErrorInvalidValue;
+  return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks(job)), dim3(kThreads), lay.total, st,
+                    job, lay);
 }
 
 }  // namespace tern::cuda::tile

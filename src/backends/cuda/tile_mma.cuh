@@ -1,9 +1,9 @@
 // 4-bit GEMV on integer tensor cores: a warp computes 16 rows at a time with
 // mma.sync m16n8k32 (u8 weights x s8 activations, exact int32 sums), the
-// weights as the A operand and the activation as B, straight from the MLX row
-// layout.
+// weights as the A operand and the activation as B, from the tile layout
+// (kernels.h) in shared memory.
 //
-// Lane l (g = l/4, t = l%4) loads 16 bytes (32 codes) of rows g and g+8 at
+// Lane l (g = l/4, t = l%4) reads 16 bytes (32 codes) of rows g and g+8 at
 // chunk 4r + t of round r (a round is 128 columns). A word's 8 codes become
 // two registers of 4 bytes each, the even codes (w & 0x0F0F0F0F) and the odd
 // ones ((w >> 4) & 0x0F0F0F0F): three instructions for 8 weights, where bf16
@@ -22,29 +22,40 @@
 
 namespace tern::cuda::tile {
 
-constexpr int kRound = 128;  // columns per round
-constexpr int kWarps = 16;   // warps per block, splitting K
+constexpr int kRound = kTileRound;  // columns per round
+constexpr int kWarps = 16;          // warps per block, splitting K
 constexpr int kThreads = kWarps * 32;
 
-// One lane's share of one round of a 16-row tile.
+// One lane's share of one round of a 16-row tile (TileImage::read).
 struct Load {
   uint4 q0, q1;       // 32 codes of rows g and g+8
   uint32_t sb0, sb1;  // scale|bias of the group this lane's accumulator holds
 };
 
-// `r0`, `r8`: rows g and g+8 (clamped to the matrix by the caller); `round`
-// counts 128-column steps along the row. 32-bit offsets: a matrix holds < 2^32
-// 16-byte chunks.
-__device__ __forceinline__ Load load(const DMat& W, uint32_t r0, uint32_t r8, int round) {
-  const uint32_t t = threadIdx.x & 3, K = uint32_t(W.cols), G = K / kGroup;
-  const uint32_t chunk = round * 4 + t, grp = round * 2 + (t >> 1);
-  const uint4* w = reinterpret_cast<const uint4*>(W.w);
-  Load l;
-  l.q0 = __ldcs(w + (r0 * (K / 32) + chunk));
-  l.q1 = __ldcs(w + (r8 * (K / 32) + chunk));
-  l.sb0 = __ldcs(W.sb + (r0 * G + grp));
-  l.sb1 = __ldcs(W.sb + (r8 * G + grp));
-  return l;
+// A tile's image in shared memory (a ring stage, filled by bulk copies of
+// the tile layout, kernels.h): `cols` columns of 16 rows, which may come from
+// several matrices' tiles one after another (the experts' down: a slot each).
+struct TileImage {
+  int cols;
+  __host__ __device__ uint32_t bytes() const { return uint32_t(cols / kRound) * kTileRoundBytes; }
+  // Lane (g, t)'s share of `round`: 32 codes of rows g and g+8 and their
+  // group's words, each load contiguous across the warp.
+  __device__ Load read(const uint8_t* st, int round) const {
+    const int lane = int(threadIdx.x & 31), w = (lane >> 2) * 2 + ((lane & 3) >> 1);
+    const uint8_t* r = st + round * kTileRoundBytes;
+    Load l;
+    l.q0 = reinterpret_cast<const uint4*>(r)[lane];
+    l.q1 = reinterpret_cast<const uint4*>(r + 512)[lane];
+    l.sb0 = reinterpret_cast<const uint32_t*>(r + 1024)[w];
+    l.sb1 = reinterpret_cast<const uint32_t*>(r + 1024)[w + 16];
+    return l;
+  }
+};
+
+// Copies tile `tile` of W (tile layout) to dst on bar. One thread.
+__device__ __forceinline__ void copy_tile(const DMat& W, size_t tile, uint8_t* dst, uint64_t* bar) {
+  const uint32_t bytes = TileImage{W.cols}.bytes();
+  bulk_copy(dst, W.tiles + tile * bytes, bytes, bar);
 }
 
 constexpr int kParts = 3;  // int8 parts of the staged activation
@@ -221,10 +232,12 @@ __device__ __forceinline__ void round_dot(const Load& l, const Fragment& f, floa
   const uint32_t b[8] = {f.xv[0].x, f.xv[0].y, f.xv[0].z, f.xv[0].w,
                          f.xv[1].x, f.xv[1].y, f.xv[1].z, f.xv[1].w};
   constexpr uint32_t m = 0x0F0F0F0Fu;
-  int d[4] = {0, 0, 0, 0};
+  // Two accumulators: chains of two mmas instead of four.
+  int e[2][4] = {};
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    mma(d, w0[j] & m, w8[j] & m, (w0[j] >> 4) & m, (w8[j] >> 4) & m, b[2 * j], b[2 * j + 1]);
+    mma(e[j & 1], w0[j] & m, w8[j] & m, (w0[j] >> 4) & m, (w8[j] >> 4) & m, b[2 * j], b[2 * j + 1]);
+  const int d[4] = {e[0][0] + e[1][0], e[0][1] + e[1][1], e[0][2] + e[1][2], e[0][3] + e[1][3]};
   acc0 += sb_scale(l.sb0) * (f.s0 * float(d[0]) + f.s1 * float(d[1])) + sb_bias(l.sb0) * f.X;
   acc8 += sb_scale(l.sb1) * (f.s0 * float(d[2]) + f.s1 * float(d[3])) + sb_bias(l.sb1) * f.X;
 }
