@@ -6,7 +6,8 @@
 // on distinct bytes (nothing hits L2) in one CUDA graph, replayed; the time
 // is per launch.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a bench/membench.cu -o membench && ./membench
+//   cmake --build build --target membench && build/membench (or nvcc -O3 -std=c++17
+//   -arch=sm_90a bench/membench.cu -o membench)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +50,26 @@ __device__ __forceinline__ void trigger_pdl() {
 __device__ __forceinline__ void share(size_t units, size_t& lo, size_t& hi) {
   lo = blockIdx.x * units / gridDim.x;
   hi = (blockIdx.x + 1) * units / gridDim.x;
+}
+
+// The tile GEMV's loads of this block's tiles into v[0..n): warp w, lane
+// (g, t) takes 16 bytes at 64 w + 16 t of rows g and g + 8 of each 16-row
+// tile (rows of 1 KB).
+template <int N>
+__device__ __forceinline__ int tile_loads(const Range& r, uint4 (&v)[N]) {
+  size_t lo, hi;
+  share(r.bytes() / kTile, lo, hi);
+  const int w = int(threadIdx.x / 32), g = int(threadIdx.x % 32 / 4), t = int(threadIdx.x % 4);
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i)
+    if (lo + i < hi) {
+      const size_t o = (lo + i) * kTile + 64 * w + 16 * t;
+      v[2 * i] = __ldcs(r.at(o + 1024 * g));
+      v[2 * i + 1] = __ldcs(r.at(o + 1024 * (g + 8)));
+      n = 2 * i + 2;
+    }
+  return n;
 }
 
 template <Mode M>
@@ -106,19 +127,7 @@ __global__ void __launch_bounds__(kThreads, M == bulk2 ? 2 : 1)
       for (int i = 0; i < kLoads; ++i)
         if (lo + i < hi) v[i] = __ldcs(r.at(((lo + i) * blockDim.x + threadIdx.x) * 16)), n = i + 1;
     } else {
-      // The tile GEMV's loads: warp w, lane (g, t) takes 16 bytes at 64 w + 16 t
-      // of rows g and g + 8 of each 16-row tile (rows of 1 KB).
-      size_t lo, hi;
-      share(r.bytes() / kTile, lo, hi);
-      const int w = int(threadIdx.x / 32), g = int(threadIdx.x % 32 / 4), t = int(threadIdx.x % 4);
-#pragma unroll
-      for (int i = 0; i < kLoads / 2; ++i)
-        if (lo + i < hi) {
-          const size_t o = (lo + i) * kTile + 64 * w + 16 * t;
-          v[2 * i] = __ldcs(r.at(o + 1024 * g));
-          v[2 * i + 1] = __ldcs(r.at(o + 1024 * (g + 8)));
-          n = 2 * i + 2;
-        }
+      n = tile_loads(r, v);
     }
     if (early) wait_pdl();
 #pragma unroll
@@ -142,18 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                  unsigned* sink) {
   const uint64_t t0 = global_ns();
   uint4 v[kMaxLoads];
-  int n = 0;
-  size_t lo, hi;
-  share(r.bytes() / kTile, lo, hi);
-  const int w = int(threadIdx.x / 32), g = int(threadIdx.x % 32 / 4), t = int(threadIdx.x % 4);
-#pragma unroll
-  for (int i = 0; i < kMaxLoads / 2; ++i)
-    if (lo + i < hi) {
-      const size_t o = (lo + i) * kTile + 64 * w + 16 * t;
-      v[2 * i] = __ldcs(r.at(o + 1024 * g));
-      v[2 * i + 1] = __ldcs(r.at(o + 1024 * (g + 8)));
-      n = 2 * i + 2;
-    }
+  const int n = tile_loads(r, v);
   uint32_t x = __ldcg(hot + threadIdx.x);
   asm volatile("" ::"r"(x));
   const uint64_t t1 = global_ns();
