@@ -52,7 +52,6 @@ DMat DeviceWeights::alloc_mat(int rows, int cols, int bits) {
 }
 
 void DeviceWeights::to_tile_layout(DMat& m, int pair) {
-  if (!tileable(m)) return;
   auto* t = static_cast<uint8_t*>(alloc(tiled_bytes(m)));
   check(to_tiles(m, t, pair, nullptr), "tile layout");
   check(cudaDeviceSynchronize(), "tile layout");
@@ -163,14 +162,15 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
     d->tile_layer(dl);
     d->layers.push_back(dl);
   }
-  d->to_tile_layout(d->lm_head, 0);
+  if (gemv_tiles(d->lm_head)) d->to_tile_layout(d->lm_head, 0);
   return d;
 }
 
 void DeviceWeights::tile_layer(DevLayer& L) {
-  for (DMat* m : {&L.in_proj, &L.out, &L.qkv, &L.o, &L.down})
-    if (m->w != nullptr) to_tile_layout(*m, 0);
-  to_tile_layout(L.gate_up, cfg.moe_inter);
+  for (DMat* m : {&L.in_proj, &L.out, &L.qkv, &L.o})
+    if (gemv_tiles(*m)) to_tile_layout(*m, 0);
+  if (up_tiles(L.gate_up, cfg.moe_inter)) to_tile_layout(L.gate_up, cfg.moe_inter);
+  if (down_tiles(L.down, cfg.hidden, cfg.top_k)) to_tile_layout(L.down, 0);
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint64_t seed) {
@@ -225,7 +225,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
     d->tile_layer(L);
     d->layers.push_back(L);
   }
-  d->to_tile_layout(d->lm_head, 0);
+  if (gemv_tiles(d->lm_head)) d->to_tile_layout(d->lm_head, 0);
   check(cudaDeviceSynchronize(), "random weights");
   return d;
 }

@@ -46,8 +46,8 @@ class DeviceWeights {
   void* alloc(size_t bytes);
   DMat alloc_mat(int rows, int cols, int bits);
   float* alloc_vec(size_t n);
-  // Moves m (MLX layout, when tileable) into the tile layout the tensor-core
-  // GEMVs read (kernels.h); pair as for to_tiles.
+  // Moves m (MLX layout, tileable) into the tile layout the tensor-core GEMVs
+  // read (kernels.h); pair as for to_tiles.
   void to_tile_layout(DMat& m, int pair);
   // The layer's matrices the tensor-core GEMVs read, into the tile layout.
   void tile_layer(DevLayer& L);

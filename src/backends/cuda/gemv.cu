@@ -216,12 +216,16 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 TERN_TRACE_BINDER(gemv)
 
 namespace {
-// The tensor-core path takes matrices in the tile layout of up to 32 rounds.
 bool tiled(const DMat& W) {
-  return W.tiles != nullptr && W.cols / tile::kRound <= 2 * tile::kWarps;
+  return W.tiles != nullptr && gemv_tiles(W);
 }
 
 }  // namespace
+
+// Up to 32 rounds: two a warp.
+bool gemv_tiles(const DMat& m) {
+  return tileable(m) && m.cols / tile::kRound <= 2 * tile::kWarps;
+}
 
 bool gemv_feeds(const DMat& W) {
   return tiled(W) && W.rows % 16 == 0 && W.rows / 16 <= sm_count();

@@ -53,6 +53,13 @@ inline size_t tiled_bytes(const DMat& m) {
 // tile p of an expert holds gate rows 8p..8p+7 and up rows 8p..8p+7, so a
 // tile finishes SwiGLU on its own.
 cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st);
+// Whether the tensor-core paths take a matrix of this shape in the tile
+// layout (the loader tiles exactly these; the others stay in the MLX layout
+// for the SIMT kernels): a dense GEMV's, the experts' gate/up stack's (expert
+// width `inter`), the experts' down stack's (`hidden` rows an expert).
+bool gemv_tiles(const DMat& m);
+bool up_tiles(const DMat& gate_up, int inter);
+bool down_tiles(const DMat& down, int hidden, int top_k);
 
 // What the GEMV does with each output row.
 enum class GemvOut { store, add, conv };

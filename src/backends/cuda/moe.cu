@@ -298,8 +298,7 @@ TERN_TRACE_BINDER(moe)
 
 namespace {
 bool up_tiled(const ExpertsUpArgs& u) {
-  const UpJob<false> job{u, {}};
-  return u.gate_up.tiles != nullptr && job.rounds() <= tile::kWarps && u.inter % 8 == 0;
+  return u.gate_up.tiles != nullptr && up_tiles(u.gate_up, u.inter);
 }
 
 // Whether UpJob<true> can route r from fed logits for gate/up u.
@@ -309,6 +308,18 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
 }
 
 }  // namespace
+
+// A round a warp; tiles of 8 gate and 8 up rows.
+bool up_tiles(const DMat& gate_up, int inter) {
+  return tileable(gate_up) && gate_up.cols / tile::kRound <= tile::kWarps && inter % 8 == 0 &&
+         gate_up.rows % (2 * inter) == 0;
+}
+
+// Up to 3 rounds a warp over the slots; whole 16-row tiles an expert.
+bool down_tiles(const DMat& down, int hidden, int top_k) {
+  return tileable(down) && (top_k + 1) * (down.cols / tile::kRound) <= 3 * tile::kWarps &&
+         hidden % 16 == 0;
+}
 
 bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& u) {
   return gemv_feeds(producer) && r.W.cols == producer.rows && fed_routable(r, u);
@@ -332,9 +343,8 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);
-  const DownJob job{a};
-  if (a.down.tiles != nullptr && D % 16 == 0 && job.rounds() <= 3 * tile::kWarps)
-    return tile::launch<3, 1>(job, st);
+  if (a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k))
+    return tile::launch<3, 1>(DownJob{a}, st);
   if (a.down.w == nullptr) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
