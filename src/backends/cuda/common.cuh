@@ -112,10 +112,10 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Bulk copies (the TMA engine, one instruction per contiguous piece) into
-// shared memory, completing on an mbarrier: one thread issues the copies and
-// arms the barrier with their byte count (before or after issuing them), the
-// block's threads wait for the phase to flip.
+// Bulk copies (the TMA engine, one instruction per contiguous piece, each
+// issued by one thread) into shared memory, completing on an mbarrier: one
+// thread arms the barrier with the copies' total bytes (before or after they
+// are issued), the block's threads wait for the phase to flip.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -158,27 +158,30 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     if (left_out_.count(what) == 0) check(enqueue(), what);
   };
   launch("embed", [&] { return embed(W.embed, s.ints + kToken, h_, st); });
+  // A layer's routing and gate/up arguments (unfed).
+  auto router_args = [&](const DevLayer& L) {
+    return RouterArgs{L.router, h_,        L.post_norm, c.rms_eps, a_,
+                      rlogits_, counters_, ids_,        wts_,      c.top_k};
+  };
+  auto up_args = [&](const DevLayer& L) {
+    return ExpertsUpArgs{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
+  };
   // The GEMV that finishes h feeds the router where the shapes allow, into the
   // two feeds in turn (each launch zeroes the other); an even number of fed
   // layers a step, so the turns carry over to the next step.
-  auto fed = [&](int i) {
-    const DevLayer& L = W.layers[size_t(i)];
-    const ExpertsUpArgs up{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
-    RouterArgs r{L.router, h_,        L.post_norm, c.rms_eps, a_,
-                 rlogits_, counters_, ids_,        wts_,      c.top_k};
-    return router_fed(L.type == LayerType::linear_attention ? L.out : L.o, r, up);
-  };
   std::vector<int> feeding;
-  for (int i = 0; i < c.n_layers; ++i)
-    if (fed(i)) feeding.push_back(i);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const DevLayer& L = W.layers[size_t(i)];
+    const DMat& producer = L.type == LayerType::linear_attention ? L.out : L.o;
+    if (router_fed(producer, router_args(L), up_args(L))) feeding.push_back(i);
+  }
   if (feeding.size() % 2 == 1) feeding.pop_back();
   const size_t feed_words = size_t(kFeedCopies) * (c.n_experts + 1);
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     const bool linear = L.type == LayerType::linear_attention;
-    RouterArgs r{L.router,  h_,   L.post_norm, c.rms_eps, a_,     rlogits_,
-                 counters_, ids_, wts_,        c.top_k,   nullptr};
-    const ExpertsUpArgs up{L.gate_up, a_, ids_, act_, c.n_experts, c.top_k, c.moe_inter};
+    RouterArgs r = router_args(L);
+    const ExpertsUpArgs up = up_args(L);
     if (const auto k = std::find(feeding.begin(), feeding.end(), i); k != feeding.end()) {
       const size_t turn = size_t(k - feeding.begin()) % 2;
       r.fed = feed_ + turn * feed_words;

@@ -159,18 +159,20 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
       put(dl.gate_up, e * 2 * I + I, e < E ? m.up[size_t(e)] : m.shared_up);
       put(dl.down, e * D, e < E ? m.down[size_t(e)] : m.shared_down);
     }
-    d->tile_layer(dl);
     d->layers.push_back(dl);
   }
-  if (gemv_tiles(d->lm_head)) d->to_tile_layout(d->lm_head, 0);
+  d->tile_matrices();
   return d;
 }
 
-void DeviceWeights::tile_layer(DevLayer& L) {
-  for (DMat* m : {&L.in_proj, &L.out, &L.qkv, &L.o})
-    if (gemv_tiles(*m)) to_tile_layout(*m, 0);
-  if (up_tiles(L.gate_up, cfg.moe_inter)) to_tile_layout(L.gate_up, cfg.moe_inter);
-  if (down_tiles(L.down, cfg.hidden, cfg.top_k)) to_tile_layout(L.down, 0);
+void DeviceWeights::tile_matrices() {
+  for (DevLayer& L : layers) {
+    for (DMat* m : {&L.in_proj, &L.out, &L.qkv, &L.o})
+      if (gemv_tiles(*m)) to_tile_layout(*m, 0);
+    if (up_tiles(L.gate_up, cfg.moe_inter)) to_tile_layout(L.gate_up, cfg.moe_inter);
+    if (down_tiles(L.down, cfg.hidden, cfg.top_k)) to_tile_layout(L.down, 0);
+  }
+  if (gemv_tiles(lm_head)) to_tile_layout(lm_head, 0);
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint64_t seed) {
@@ -222,11 +224,10 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
     L.router = mat(E + 1, D, 8, in);
     L.gate_up = mat((E + 1) * 2 * I, D, 4, in);
     L.down = mat((E + 1) * D, I, 4, 0.3f / std::sqrt(float(I)));
-    d->tile_layer(L);
     d->layers.push_back(L);
   }
-  if (gemv_tiles(d->lm_head)) d->to_tile_layout(d->lm_head, 0);
   check(cudaDeviceSynchronize(), "random weights");
+  d->tile_matrices();
   return d;
 }
 

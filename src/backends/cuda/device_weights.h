@@ -49,8 +49,8 @@ class DeviceWeights {
   // Moves m (MLX layout, tileable) into the tile layout the tensor-core GEMVs
   // read (kernels.h); pair as for to_tiles.
   void to_tile_layout(DMat& m, int pair);
-  // The layer's matrices the tensor-core GEMVs read, into the tile layout.
-  void tile_layer(DevLayer& L);
+  // Every matrix the tensor-core paths read, into the tile layout.
+  void tile_matrices();
   std::vector<void*> ptrs_;
   size_t bytes_ = 0;
 };

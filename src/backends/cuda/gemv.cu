@@ -240,11 +240,9 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > 256 || (ng & (ng - 1)) != 0 || a.W.cols % ng != 0 ||
                   a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
-  // Blocks of at most 6 tiles take them in one batch.
-  if (tiled(a.W)) {
-    if (job.rounds() > tile::kWarps) return tile::launch<2, 1>(job, st);
-    return tile::per_block(job) <= 6 ? tile::launch<1, 6>(job, st) : tile::launch<1, 3>(job, st);
-  }
+  if (tiled(a.W))
+    return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)
+                                       : tile::launch_batched<1>(job, st);
   if (a.W.w == nullptr) return cudaErrorInvalidValue;
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);

@@ -329,8 +329,7 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
     if (!fed_routable(r, u) || r.spent == nullptr || r.spent == r.fed) return cudaErrorInvalidValue;
-    const UpJob<true> job{u, r};
-    return tile::per_block(job) <= 6 ? tile::launch<1, 6>(job, st) : tile::launch<1, 3>(job, st);
+    return tile::launch_batched<1>(UpJob<true>{u, r}, st);
   }
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
   if (up_tiled(u)) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);

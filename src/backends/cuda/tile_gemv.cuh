@@ -194,4 +194,11 @@ cudaError_t launch(const Job& job, cudaStream_t st) {
                     job, lay);
 }
 
+// Blocks of at most 6 tiles take them in one batch (every per-layer GEMV);
+// longer runs go in batches of 3 through the ring.
+template <int RPW, typename Job>
+cudaError_t launch_batched(const Job& job, cudaStream_t st) {
+  return per_block(job) <= 6 ? launch<RPW, 6>(job, st) : launch<RPW, 3>(job, st);
+}
+
 }  // namespace tern::cuda::tile

@@ -1,8 +1,7 @@
 // Per-block timestamps of the decode step's main kernels, for a TERN_TRACE
 // build (`tern bench --trace`): thread 0 of every traced block records when it
 // started (globaltimer) and the ns from there to its phases (TraceMark) and
-// to its end. Without TERN_TRACE
-// the marks compile to nothing.
+// to its end. Without TERN_TRACE the marks compile to nothing.
 #pragma once
 
 #include "backends/cuda/kernels.h"
