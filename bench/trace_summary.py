@@ -67,7 +67,7 @@ def main(path):
                  "2x": 1000 * sum(1 for n in per_sm.values() if n > 1),
                  "end": med(lambda r: r["start_ns"] + r["ended"]), "last": last_end - prev_end}
             for m in MARKS:
-                if any(r[m] for r in l):
+                if any(r.get(m, 0) for r in l):  # older traces lack some marks
                     v[m] = med(lambda r: r["start_ns"] + r[m])
             stats.setdefault(name(kinds, i), []).append((len(l), v))
         prev_end = last_end
