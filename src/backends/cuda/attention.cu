@@ -293,38 +293,53 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   TERN_TRACE_END();
 }
 
-// Merges the splits of one query head: the per-split weights exp(m_s - M) are
-// computed once, in parallel, then every thread (one output dim) sums its
-// column with independent loads.
-__global__ void __launch_bounds__(kD) attn_combine_kernel(AttnDecodeArgs a) {
+// Merges the splits of one query head, 64 dims a block: four thread groups
+// take every fourth split, and every load of a thread (its column of its
+// splits, one split's max and sum, the gate) goes out at once, so the merge
+// costs one L2 round trip rather than one per few splits.
+constexpr int kCombineDims = 64, kCombineGroups = 4,
+              kCombineThreads = kCombineDims * kCombineGroups;
+static_assert(kCombineThreads >= kMaxAttnSplits, "a thread a split's max and sum");
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnDecodeArgs a) {
   TERN_TRACE_BEGIN(TraceKind::attn_combine);
   pdl_launch_dependents();
   pdl_wait();
   TERN_TRACE_MARK(waited);
-  __shared__ float w[kMaxAttnSplits], red[32];
-  const int h = blockIdx.x, d = threadIdx.x, n = a.splits;
+  constexpr int kPer = kMaxAttnSplits / kCombineGroups;
+  __shared__ float w[kMaxAttnSplits], red[32], sum[kCombineGroups][kCombineDims];
+  const int h = blockIdx.x, i = int(threadIdx.x), n = a.splits;
+  const int c = i % kCombineDims, grp = i / kCombineDims, d = blockIdx.y * kCombineDims + c;
   const float* part = a.part + size_t(h) * n * (kD + 2);
-  const bool mine = d < n && part[d * (kD + 2) + kD + 1] != 0.0f;
-  const float m = mine ? part[d * (kD + 2) + kD] : -INFINITY;
+  float o[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int s = grp + kCombineGroups * k;
+    o[k] = s < n ? part[s * (kD + 2) + d] : 0.0f;
+  }
+  const float l = i < n ? part[i * (kD + 2) + kD + 1] : 0.0f;
+  const float mi = i < n ? part[i * (kD + 2) + kD] : 0.0f;
+  const float m = l != 0.0f ? mi : -INFINITY;  // an empty split has l = 0
+  const float gate = a.qkv[h * 2 * kD + kD + d];
   // Block max through the scratch (block_sum's pattern, with max).
   float M = warp_max(m);
-  if ((d & 31) == 0) red[d >> 5] = M;
+  if ((i & 31) == 0) red[i >> 5] = M;
   __syncthreads();
   M = red[0];
-  for (int i = 1; i < kD / 32; ++i) M = fmaxf(M, red[i]);
+  for (int k = 1; k < int(blockDim.x) / 32; ++k) M = fmaxf(M, red[k]);
   __syncthreads();
-  const float c = mine ? expf(m - M) : 0.0f;
-  if (d < n) w[d] = c;
-  const float L = block_sum(mine ? part[d * (kD + 2) + kD + 1] * c : 0.0f, red);
-  // Eight independent loads in flight per step.
-  float o[8] = {};
-  int s = 0;
-  for (; s + 8 <= n; s += 8)
+  const float e = l != 0.0f ? expf(m - M) : 0.0f;
+  if (i < n) w[i] = e;
+  const float L = block_sum(l * e, red);  // its barriers publish w
+  float O = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] += part[(s + i) * (kD + 2) + d] * w[s + i];
-  for (; s < n; ++s) o[0] += part[s * (kD + 2) + d] * w[s];
-  const float O = ((o[0] + o[1]) + (o[2] + o[3])) + ((o[4] + o[5]) + (o[6] + o[7]));
-  a.out[h * kD + d] = O / L * sigmoidf(a.qkv[h * 2 * kD + kD + d]);
+  for (int k = 0; k < kPer; ++k)
+    if (grp + kCombineGroups * k < n) O += o[k] * w[grp + kCombineGroups * k];
+  sum[grp][c] = O;
+  __syncthreads();
+  if (grp == 0) {
+    for (int g = 1; g < kCombineGroups; ++g) O += sum[g][c];
+    a.out[h * kD + d] = O / L * sigmoidf(gate);
+  }
   TERN_TRACE_END();
 }
 
@@ -368,7 +383,8 @@ cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
   if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), kSplitSmem, st, a);
       e != cudaSuccess)
     return e;
-  return launch_pdl(attn_combine_kernel, dim3(a.heads), dim3(kD), 0, st, a);
+  return launch_pdl(attn_combine_kernel, dim3(a.heads, kD / kCombineDims), dim3(kCombineThreads), 0,
+                    st, a);
 }
 
 }  // namespace tern::cuda

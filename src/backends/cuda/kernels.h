@@ -272,7 +272,9 @@ enum class TraceKind : uint32_t {
   attn_split,
   attn_combine,
 };
-// A block's phases, in ns since its start (0: the kernel has no such mark).
+// A block's phases, in ns since its start (0: the kernel has no such mark;
+// `landed`, all of a batch's weights in, only before the tile GEMVs dotted
+// each tile as it lands).
 enum class TraceMark : uint32_t { waited, issued, staged, landed, dotted, synced, first, count };
 struct TraceRecord {
   uint64_t start_ns;  // globaltimer
