@@ -92,13 +92,22 @@ struct DenseJob {
   __host__ __device__ int block_rows(int blocks) const {
     return (tiles() + blocks - 1) / blocks * 16;
   }
-  __host__ __device__ size_t extra_floats(int blocks) const {
+  // A whole-vector RMSNorm's weights (constant) come into shared memory before
+  // the wait too, after the epilogue's constants.
+  __host__ __device__ bool whole_norm() const { return a.norm != nullptr && a.norm_group == 0; }
+  __host__ __device__ size_t epilogue_floats(int blocks) const {
     if (a.feed.acc != nullptr) {
       const size_t rows = size_t(a.feed.W.rows);
       return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
     }
     if (a.out == GemvOut::conv) return size_t(block_rows(blocks)) * (2 * a.conv.kernel - 1);
     return 0;
+  }
+  __host__ __device__ size_t norm_at(int blocks) const {
+    return (epilogue_floats(blocks) + 3) / 4 * 4;
+  }
+  __host__ __device__ size_t extra_floats(int blocks) const {
+    return whole_norm() ? norm_at(blocks) + size_t(cols()) : epilogue_floats(blocks);
   }
   __device__ void before_wait(float* extra, int t0, int t1) const {
     if (a.feed.acc != nullptr) {
@@ -126,6 +135,11 @@ struct DenseJob {
         }
       }
     }
+    if (whole_norm()) {
+      float* nw = extra + norm_at(int(gridDim.x));
+      for (int i = int(threadIdx.x); i < cols() / 4; i += int(blockDim.x))
+        cp_async16(nw + 4 * i, a.norm + 4 * i);
+    }
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -133,16 +147,17 @@ struct DenseJob {
   __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
     tile::copy_tile(a.W, size_t(t), st, bar);
   }
-  // Staging, then (when before_wait copied anything) every thread's copies are
-  // complete and visible to the block.
+  // before_wait's copies (out long before) complete and visible to the block,
+  // then staging.
   __device__ tile::Staged stage(float* sm, float** red) const {
-    const tile::Staged xs =
-        tile::stage(a.x, cols(), a.norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
-    if (a.feed.acc != nullptr || a.out == GemvOut::conv) {
+    extern __shared__ float4 sm4[];
+    if (whole_norm() || a.feed.acc != nullptr || a.out == GemvOut::conv) {
       cp_async_wait<0>();
       __syncthreads();
     }
-    return xs;
+    const float* norm =
+        whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
+    return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
   }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
     extern __shared__ float4 sm4[];

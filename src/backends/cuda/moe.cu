@@ -174,8 +174,22 @@ struct UpJob {
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
   __host__ __device__ int cols() const { return a.gate_up.cols; }
-  __host__ __device__ size_t extra_floats(int) const { return 0; }
-  __device__ void before_wait(float*, int, int) const {}
+  // Routing, the staged input comes through shared memory: the norm weights
+  // copied before the wait, h right after it beside the fed logits' loads, so
+  // staging reads neither from L2 behind the weight copies.
+  __host__ __device__ size_t extra_floats(int) const { return kRoutes ? 2 * size_t(cols()) : 0; }
+  static __device__ float* staged_in() {
+    extern __shared__ float4 sm4[];
+    return reinterpret_cast<float*>(sm4);
+  }
+  __device__ void copy_in(float* dst, const float* src) const {
+    for (int i = int(threadIdx.x); i < cols() / 4; i += int(blockDim.x))
+      cp_async16(dst + 4 * i, src + 4 * i);
+    cp_async_commit();
+  }
+  __device__ void before_wait(float*, int, int) const {
+    if constexpr (kRoutes) copy_in(staged_in() + cols(), r.norm);
+  }
   static __device__ int* routed() {
     __shared__ int ids[kMaxTopK];
     return ids;
@@ -192,12 +206,18 @@ struct UpJob {
     tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + t % per_slot(), st, bar);
   }
   __device__ tile::Staged stage(float* sm, float** red) const {
-    if constexpr (kRoutes) return tile::stage(r.h, cols(), r.norm, r.eps, nullptr, 0, sm, red);
+    if constexpr (kRoutes) {
+      cp_async_wait<0>();
+      __syncthreads();
+      const float* x = staged_in();
+      return tile::stage(x, cols(), x + cols(), r.eps, nullptr, 0, sm, red);
+    }
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
-  // sum of its copies.
+  // sum of its copies. h's copy goes out first.
   __device__ long long fetch() const {
+    copy_in(staged_in(), r.h);
     const int e = int(threadIdx.x);
     unsigned long long v = 0;
     if (e < r.W.rows)
@@ -221,7 +241,9 @@ struct UpJob {
     p[threadIdx.x] = float(fed) * 0x1p-32f;
     __syncthreads();
     if (threadIdx.x < 32) {
-      const Choice c = pick_experts<tile::kThreads / 32>(p, r.W.rows - 1, a.top_k);
+      const int E = r.W.rows - 1;  // keys in registers for just the experts there are
+      const Choice c = E <= 256 ? pick_experts<8>(p, E, a.top_k)
+                                : pick_experts<tile::kThreads / 32>(p, E, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
     }
