@@ -75,7 +75,8 @@ int per_block(const Job& job) {
 constexpr int kMaxStages = 16;
 // Tiles a block copies at its first issue point (before the wait, or after
 // routing); the rest go out after staging, so the staging's L2 reads do not
-// queue behind them (2 of 1-6 measured best: +2.3% at 4K, 2026-12-01 round 7).
+// queue behind them (2 of 0-6 measured best, +2.3% at 4K over all of them;
+// per kernel kind 1-7 were within 0.3%: docs/kernels/cuda-decode.md round 7).
 // Down takes one tile a block.
 template <typename Job>
 constexpr int kFirstCopies = Job::kEarly || Job::kRoutes ? 2 : kMaxStages;
