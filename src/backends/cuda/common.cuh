@@ -104,6 +104,11 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
 }
+// n floats (a multiple of 4, both 16-byte aligned) from src to dst by the
+// block's threads, a 16-byte piece each at a time (not committed).
+__device__ __forceinline__ void cp_async_floats(float* dst, const float* src, int n) {
+  for (int i = 4 * int(threadIdx.x); i < n; i += 4 * int(blockDim.x)) cp_async16(dst + i, src + i);
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;");
 }

@@ -135,11 +135,7 @@ struct DenseJob {
         }
       }
     }
-    if (whole_norm()) {
-      float* nw = extra + norm_at(int(gridDim.x));
-      for (int i = int(threadIdx.x); i < cols() / 4; i += int(blockDim.x))
-        cp_async16(nw + 4 * i, a.norm + 4 * i);
-    }
+    if (whole_norm()) cp_async_floats(extra + norm_at(int(gridDim.x)), a.norm, cols());
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }

@@ -183,13 +183,11 @@ struct UpJob {
     extern __shared__ float4 sm4[];
     return reinterpret_cast<float*>(sm4);
   }
-  __device__ void copy_in(float* dst, const float* src) const {
-    for (int i = int(threadIdx.x); i < cols() / 4; i += int(blockDim.x))
-      cp_async16(dst + 4 * i, src + 4 * i);
-    cp_async_commit();
-  }
   __device__ void before_wait(float*, int, int) const {
-    if constexpr (kRoutes) copy_in(staged_in() + cols(), r.norm);
+    if constexpr (kRoutes) {
+      cp_async_floats(staged_in() + cols(), r.norm, cols());
+      cp_async_commit();
+    }
   }
   static __device__ int* routed() {
     __shared__ int ids[kMaxTopK];
@@ -218,7 +216,8 @@ struct UpJob {
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
   // sum of its copies. h's copy goes out first.
   __device__ long long fetch() const {
-    copy_in(staged_in(), r.h);
+    cp_async_floats(staged_in(), r.h, cols());
+    cp_async_commit();
     const int e = int(threadIdx.x);
     unsigned long long v = 0;
     if (e < r.W.rows)

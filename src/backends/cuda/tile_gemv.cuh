@@ -131,22 +131,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
     const int n = (b - a) * P;
     for (int i = int(threadIdx.x); threadIdx.x < 32 && i < n; i += 32) issue(t0 + a + i / P, i % P);
   };
-  auto start = [&] { issue_range(0, n0); };
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) mbar_init(bars + i);
     mbar_init_fence();
   }
   __syncthreads();
-  if constexpr (Job::kEarly) start();
+  if constexpr (Job::kEarly) issue_range(0, n0);
   TERN_TRACE_MARK(issued);
   job.before_wait(reinterpret_cast<float*>(base), t0, t1);
   pdl_wait();
   TERN_TRACE_MARK(waited);
-  if constexpr (!Job::kEarly && !Job::kRoutes) start();
+  if constexpr (!Job::kEarly && !Job::kRoutes) issue_range(0, n0);
   if constexpr (Job::kRoutes) {
     job.route(job.fetch());
     pdl_launch_dependents();
-    start();
+    issue_range(0, n0);
   }
   if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
