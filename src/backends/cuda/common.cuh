@@ -156,6 +156,12 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// Brings `bytes` (a multiple of 16, 16-byte aligned) at src into L2 (the
+// TMA engine; one thread, nothing to wait for).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Shared-memory classes that place the decode blocks: a wide block (over half
 // an SM's shared memory) never shares an SM with another wide one, and a narrow
 // block (over half of what a wide one leaves) fits once beside a wide one. The

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/step_kernels.h"
@@ -177,11 +178,25 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   }
   if (feeding.size() % 2 == 1) feeding.pop_back();
   const size_t feed_words = size_t(kFeedCopies) * (c.n_experts + 1);
+  // EXPERIMENT: which kernels bring later weights into L2 (bit mask).
+  const int l2 = std::getenv("TERN_L2_AHEAD") ? std::atoi(std::getenv("TERN_L2_AHEAD")) : 0;
+  auto whole = [](const DMat& m) { return L2Ahead{m.tiles, m.tiles ? tiled_bytes(m) : 0}; };
+  auto in_proj = [&](int i) {
+    if (i >= c.n_layers) return L2Ahead{};
+    const DevLayer& L = W.layers[size_t(i)];
+    return whole(L.type == LayerType::linear_attention ? L.in_proj : L.qkv);
+  };
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     const bool linear = L.type == LayerType::linear_attention;
     RouterArgs r = router_args(L);
-    const ExpertsUpArgs up = up_args(L);
+    ExpertsUpArgs up = up_args(L);
+    const L2Ahead next = in_proj(i + 1), out_ahead = whole(linear ? L.out : L.o);
+    if (l2 & 1) up.ahead = next;
+    if ((l2 & 8) && L.down.tiles != nullptr) {
+      up.down_tiles = L.down.tiles;
+      up.down_bytes = size_t(c.hidden / 16) * (L.down.cols / kTileRound) * kTileRoundBytes;
+    }
     if (const auto k = std::find(feeding.begin(), feeding.end(), i); k != feeding.end()) {
       const size_t turn = size_t(k - feeding.begin()) % 2;
       r.fed = feed_ + turn * feed_words;
@@ -196,7 +211,8 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                         .eps = c.rms_eps,
                         .y = proj_,
                         .out = GemvOut::conv,
-                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
+                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel},
+                        .ahead = (l2 & 4) ? out_ahead : L2Ahead{}};
       launch("gdn_in", [&] { return gemv(in, st); });
       const GdnStepArgs g{convout_,       proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
                           s.S[size_t(i)], gdn_y_,         c.lin_k_heads,       Hv};
@@ -210,11 +226,18 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                          .out = GemvOut::add,
                          .feed = feed,
                          .norm_group = kGdnDim,
-                         .gate = proj_ + C};
+                         .gate = proj_ + C,
+                         .ahead = (l2 & 16) ? next : L2Ahead{}};
       launch("gdn_out", [&] { return gemv(out, st); });
     } else {
       launch("qkv", [&] {
-        return gemv({.W = L.qkv, .x = h_, .norm = L.in_norm, .eps = c.rms_eps, .y = proj_}, st);
+        return gemv({.W = L.qkv,
+                     .x = h_,
+                     .norm = L.in_norm,
+                     .eps = c.rms_eps,
+                     .y = proj_,
+                     .ahead = (l2 & 4) ? out_ahead : L2Ahead{}},
+                    st);
       });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
@@ -224,12 +247,20 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
-        return gemv({.W = L.o, .x = attn_, .y = h_, .out = GemvOut::add, .feed = feed}, st);
+        return gemv({.W = L.o,
+                     .x = attn_,
+                     .y = h_,
+                     .out = GemvOut::add,
+                     .feed = feed,
+                     .ahead = (l2 & 16) ? next : L2Ahead{}},
+                    st);
       });
     }
     launch("route_up", [&] { return route_experts_up(r, up, st); });
     launch("down", [&] {
-      return experts_down(ExpertsDownArgs{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k}, st);
+      ExpertsDownArgs d{L.down, act_, ids_, wts_, h_, c.n_experts, c.top_k};
+      if (l2 & 2) d.ahead = next;
+      return experts_down(d, st);
     });
   }
   launch("lm_head", [&] {

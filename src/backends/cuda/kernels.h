@@ -61,6 +61,14 @@ bool gemv_tiles(const DMat& m);
 bool up_tiles(const DMat& gate_up, int inter);
 bool down_tiles(const DMat& down, int hidden, int top_k);
 
+// Weights a later kernel of the step reads (tile layout), which a tile GEMV
+// brings into L2 once its own copies are out, each block its share, so the
+// later kernel's copies hit L2 instead of waiting for DRAM.
+struct L2Ahead {
+  const uint8_t* p = nullptr;
+  size_t bytes = 0;
+};
+
 // What the GEMV does with each output row.
 enum class GemvOut { store, add, conv };
 
@@ -100,6 +108,7 @@ struct GemvArgs {
   RouterFeed feed = {};  // GemvOut::add only, where gemv_feeds(W)
   int norm_group = 0;
   const float* gate = nullptr;  // [W.cols], with norm_group
+  L2Ahead ahead = {};
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
 // Whether a GEMV over W can feed a router (the tensor-core path with one
@@ -134,6 +143,11 @@ struct ExpertsUpArgs {
   const int* ids = nullptr;
   float* act = nullptr;  // [(top_k+1) * I]
   int n_experts = 0, top_k = 0, inter = 0;
+  L2Ahead ahead = {};  // tensor-core path
+  // Where routing in the launch (r.fed): the chosen experts' down tiles
+  // (`down_bytes` an expert, the shared expert's at n_experts) into L2 too.
+  const uint8_t* down_tiles = nullptr;
+  size_t down_bytes = 0;
 };
 // Routes the token (r) and runs the experts' gate/up (u, whose a and ids are
 // r's). With fed logits (r.fed, where router_fed allows) this is one launch:
@@ -152,6 +166,7 @@ struct ExpertsDownArgs {
   const float* wts = nullptr;
   float* h = nullptr;
   int n_experts = 0, top_k = 0;
+  L2Ahead ahead = {};  // tensor-core path
 };
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st);
 

@@ -32,6 +32,8 @@
 //                                  // thread: one piece of the tile's image
 //   tile::Staged stage(float* smem, float** red) const;  // waits for
 //                                  // before_wait's copies
+//   void ahead() const;            // one thread, after the block's copies:
+//                                  // L2 prefetches of later kernels' weights
 //   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
 #pragma once
 
@@ -55,6 +57,13 @@ struct Sums {
     return s * scale;
   }
 };
+
+// Part `part` of `parts` equal 16-byte-aligned shares of a.bytes into L2.
+__device__ __forceinline__ void l2_share(const L2Ahead& a, int part, int parts) {
+  const size_t per = (a.bytes / size_t(parts) + 15) / 16 * 16, begin = size_t(part) * per;
+  if (a.p != nullptr && begin < a.bytes)
+    bulk_prefetch_l2(a.p + begin, uint32_t(min(per, a.bytes - begin)));
+}
 
 // One block per SM (fewer when there are fewer tile groups).
 template <typename Job>
@@ -152,6 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
   issue_range(n0, all);
+  if (threadIdx.x == 0) job.ahead();
   TERN_TRACE_MARK(staged);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Batch b0's sums reduced across warps through red half `half`; its stages
