@@ -34,10 +34,7 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
   // An L2 prefetch of the matrix itself changes nothing.
-  ASSERT_EQ(cuda::gemv({.W = W.dev,
-                        .x = dx.get(),
-                        .y = dy.get(),
-                        .ahead = {W.dev.tiles, W.dev.tiles ? cuda::tiled_bytes(W.dev) : 0}},
+  ASSERT_EQ(cuda::gemv({.W = W.dev, .x = dx.get(), .y = dy.get(), .ahead = cuda::gemv_ahead(W.dev)},
                        nullptr),
             cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
@@ -152,19 +149,10 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
 
   cuda::RouterArgs ra{R.dev,      dh.get(),   dn.get(),   1e-6f, da.get(), dl.get(),
                       dcnt.get(), dids.get(), dwts.get(), k,     nullptr};
-  // L2 prefetches of later weights (the next layer's, the chosen experts'
-  // down tiles) change nothing; their addresses must stay in bounds.
-  const size_t down_bytes = size_t(D / 16) * (I / cuda::kTileRound) * cuda::kTileRoundBytes;
-  const cuda::ExpertsUpArgs up{GU.dev,
-                               da.get(),
-                               dids.get(),
-                               dact.get(),
-                               E,
-                               k,
-                               I,
-                               {O.dev.tiles, cuda::tiled_bytes(O.dev)},
-                               DN.dev.tiles,
-                               down_bytes};
+  // L2 prefetches of a later GEMV's tiles change nothing; their addresses
+  // must stay in bounds.
+  const cuda::ExpertsUpArgs up{GU.dev, da.get(), dids.get(), dact.get(),
+                               E,      k,        I,          cuda::gemv_ahead(O.dev)};
   if (fed) {
     ASSERT_TRUE(cuda::router_fed(O.dev, ra, up));
   }
@@ -190,8 +178,8 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   EXPECT_EQ(ids, route.experts);
   EXPECT_LE(max_diff(to_host(dwts.get(), size_t(k + 1)), wts), 1e-5f);
   EXPECT_LE(max_diff(to_host(dact.get(), act.size()), act), kRel * 4 * max_abs(act));
-  const cuda::L2Ahead next{GU.dev.tiles, cuda::tiled_bytes(GU.dev)};
-  ASSERT_EQ(cuda::experts_down({DN.dev, dact.get(), dids.get(), dwts.get(), dh.get(), E, k, next},
+  ASSERT_EQ(cuda::experts_down({DN.dev, dact.get(), dids.get(), dwts.get(), dh.get(), E, k,
+                                cuda::gemv_ahead(O.dev)},
                                nullptr),
             cudaSuccess);
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), out), kRel * 4 * max_abs(out));

@@ -180,23 +180,21 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   const size_t feed_words = size_t(kFeedCopies) * (c.n_experts + 1);
   // EXPERIMENT: which kernels bring later weights into L2 (bit mask).
   const int l2 = std::getenv("TERN_L2_AHEAD") ? std::atoi(std::getenv("TERN_L2_AHEAD")) : 0;
-  auto whole = [](const DMat& m) { return L2Ahead{m.tiles, m.tiles ? tiled_bytes(m) : 0}; };
   auto in_proj = [&](int i) {
     if (i >= c.n_layers) return L2Ahead{};
     const DevLayer& L = W.layers[size_t(i)];
-    return whole(L.type == LayerType::linear_attention ? L.in_proj : L.qkv);
+    L2Ahead a = gemv_ahead(L.type == LayerType::linear_attention ? L.in_proj : L.qkv);
+    a.lsu = (l2 & 4) != 0;
+    if (l2 & 8) a.skip = 0;
+    return a;
   };
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     const bool linear = L.type == LayerType::linear_attention;
     RouterArgs r = router_args(L);
     ExpertsUpArgs up = up_args(L);
-    const L2Ahead next = in_proj(i + 1), out_ahead = whole(linear ? L.out : L.o);
+    const L2Ahead next = in_proj(i + 1);
     if (l2 & 1) up.ahead = next;
-    if ((l2 & 8) && L.down.tiles != nullptr) {
-      up.down_tiles = L.down.tiles;
-      up.down_bytes = size_t(c.hidden / 16) * (L.down.cols / kTileRound) * kTileRoundBytes;
-    }
     if (const auto k = std::find(feeding.begin(), feeding.end(), i); k != feeding.end()) {
       const size_t turn = size_t(k - feeding.begin()) % 2;
       r.fed = feed_ + turn * feed_words;
@@ -211,8 +209,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                         .eps = c.rms_eps,
                         .y = proj_,
                         .out = GemvOut::conv,
-                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel},
-                        .ahead = (l2 & 4) ? out_ahead : L2Ahead{}};
+                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
       launch("gdn_in", [&] { return gemv(in, st); });
       const GdnStepArgs g{convout_,       proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
                           s.S[size_t(i)], gdn_y_,         c.lin_k_heads,       Hv};
@@ -226,18 +223,11 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                          .out = GemvOut::add,
                          .feed = feed,
                          .norm_group = kGdnDim,
-                         .gate = proj_ + C,
-                         .ahead = (l2 & 16) ? next : L2Ahead{}};
+                         .gate = proj_ + C};
       launch("gdn_out", [&] { return gemv(out, st); });
     } else {
       launch("qkv", [&] {
-        return gemv({.W = L.qkv,
-                     .x = h_,
-                     .norm = L.in_norm,
-                     .eps = c.rms_eps,
-                     .y = proj_,
-                     .ahead = (l2 & 4) ? out_ahead : L2Ahead{}},
-                    st);
+        return gemv({.W = L.qkv, .x = h_, .norm = L.in_norm, .eps = c.rms_eps, .y = proj_}, st);
       });
       AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
                      s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
@@ -247,13 +237,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                        attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
-        return gemv({.W = L.o,
-                     .x = attn_,
-                     .y = h_,
-                     .out = GemvOut::add,
-                     .feed = feed,
-                     .ahead = (l2 & 16) ? next : L2Ahead{}},
-                    st);
+        return gemv({.W = L.o, .x = attn_, .y = h_, .out = GemvOut::add, .feed = feed}, st);
       });
     }
     launch("route_up", [&] { return route_experts_up(r, up, st); });

@@ -155,7 +155,7 @@ struct DenseJob {
         whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
     return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
   }
-  __device__ void ahead() const { tile::l2_share(a.ahead, int(blockIdx.x), int(gridDim.x)); }
+  __device__ L2Ahead ahead() const { return a.ahead; }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
     extern __shared__ float4 sm4[];
     const float* extra = reinterpret_cast<const float*>(sm4);
@@ -237,6 +237,13 @@ bool tiled(const DMat& W) {
 // Up to 32 rounds: two a warp.
 bool gemv_tiles(const DMat& m) {
   return tileable(m) && m.cols / tile::kRound <= 2 * tile::kWarps;
+}
+
+L2Ahead gemv_ahead(const DMat& W) {
+  if (!tiled(W)) return {};
+  const DenseJob job{{.W = W}};
+  return {W.tiles, job.image().bytes(), job.tiles(), tile::blocks(job),
+          tile::kFirstCopies<DenseJob>};
 }
 
 bool gemv_feeds(const DMat& W) {

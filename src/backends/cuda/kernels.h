@@ -61,12 +61,14 @@ bool gemv_tiles(const DMat& m);
 bool up_tiles(const DMat& gate_up, int inter);
 bool down_tiles(const DMat& down, int hidden, int top_k);
 
-// Weights a later kernel of the step reads (tile layout), which a tile GEMV
-// brings into L2 once its own copies are out, each block its share, so the
-// later kernel's copies hit L2 instead of waiting for DRAM.
+// The tiles a later dense GEMV copies after staging (each of its `blocks`
+// blocks' run but the first `skip`), which a tile GEMV brings into L2 once its
+// own copies are out, so the later copies hit L2 instead of waiting for DRAM.
 struct L2Ahead {
-  const uint8_t* p = nullptr;
-  size_t bytes = 0;
+  const uint8_t* tiles = nullptr;
+  uint32_t tile_bytes = 0;
+  int n = 0, blocks = 0, skip = 0;
+  int lsu = 0;  // EXPERIMENT: per-thread prefetches instead of the TMA engine
 };
 
 // What the GEMV does with each output row.
@@ -111,6 +113,9 @@ struct GemvArgs {
   L2Ahead ahead = {};
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
+// What brings a later gemv over W's late tiles into L2 (none off the
+// tensor-core path).
+L2Ahead gemv_ahead(const DMat& W);
 // Whether a GEMV over W can feed a router (the tensor-core path with one
 // 16-row tile per block).
 bool gemv_feeds(const DMat& W);
@@ -144,10 +149,6 @@ struct ExpertsUpArgs {
   float* act = nullptr;  // [(top_k+1) * I]
   int n_experts = 0, top_k = 0, inter = 0;
   L2Ahead ahead = {};  // tensor-core path
-  // Where routing in the launch (r.fed): the chosen experts' down tiles
-  // (`down_bytes` an expert, the shared expert's at n_experts) into L2 too.
-  const uint8_t* down_tiles = nullptr;
-  size_t down_bytes = 0;
 };
 // Routes the token (r) and runs the experts' gate/up (u, whose a and ids are
 // r's). With fed logits (r.fed, where router_fed allows) this is one launch:

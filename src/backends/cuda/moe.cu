@@ -259,16 +259,8 @@ struct UpJob {
       for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads)
         r.spent[i] = 0;
   }
-  // The next layer's weights, and when routing the chosen experts' down tiles
-  // (block b: slot b % slots, its share among that slot's blocks).
-  __device__ void ahead() const {
-    const int b = int(blockIdx.x), G = int(gridDim.x), slots = a.top_k + 1;
-    tile::l2_share(a.ahead, b, G);
-    if (kRoutes && a.down_tiles != nullptr && G >= slots) {
-      const int slot = b % slots;
-      const L2Ahead d{a.down_tiles + size_t(expert(slot)) * a.down_bytes, a.down_bytes};
-      tile::l2_share(d, b / slots, (G - slot + slots - 1) / slots);
-    }
+  __device__ L2Ahead ahead() const {
+    return a.ahead;
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
   __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
@@ -305,7 +297,7 @@ struct DownJob {
   __device__ tile::Staged stage(float* sm, float** red) const {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
   }
-  __device__ void ahead() const { tile::l2_share(a.ahead, int(blockIdx.x), int(gridDim.x)); }
+  __device__ L2Ahead ahead() const { return a.ahead; }
   __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x);
     if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);

@@ -32,8 +32,8 @@
 //                                  // thread: one piece of the tile's image
 //   tile::Staged stage(float* smem, float** red) const;  // waits for
 //                                  // before_wait's copies
-//   void ahead() const;            // one thread, after the block's copies:
-//                                  // L2 prefetches of later kernels' weights
+//   L2Ahead ahead() const;         // a later GEMV's tiles brought into L2
+//                                  // after the block's copies
 //   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
 #pragma once
 
@@ -58,11 +58,20 @@ struct Sums {
   }
 };
 
-// Part `part` of `parts` equal 16-byte-aligned shares of a.bytes into L2.
-__device__ __forceinline__ void l2_share(const L2Ahead& a, int part, int parts) {
-  const size_t per = (a.bytes / size_t(parts) + 15) / 16 * 16, begin = size_t(part) * per;
-  if (a.p != nullptr && begin < a.bytes)
-    bulk_prefetch_l2(a.p + begin, uint32_t(min(per, a.bytes - begin)));
+// This block's share of a.tiles into L2: the late tiles of the later
+// kernel's blocks blockIdx.x, + gridDim.x, ... (all threads).
+__device__ inline void l2_ahead(const L2Ahead& a) {
+  for (int c = int(blockIdx.x); a.tiles != nullptr && c < a.blocks; c += int(gridDim.x)) {
+    const int t0 = int(unsigned(c) * unsigned(a.n) / unsigned(a.blocks)) + a.skip;
+    const int t1 = int(unsigned(c + 1) * unsigned(a.n) / unsigned(a.blocks));
+    if (t0 >= t1) continue;
+    const uint8_t* p = a.tiles + size_t(t0) * a.tile_bytes;
+    const uint32_t bytes = uint32_t(t1 - t0) * a.tile_bytes;
+    if (a.lsu)
+      for (uint32_t o = threadIdx.x * 128u; o < bytes; o += blockDim.x * 128u) prefetch_l2(p + o);
+    else if (threadIdx.x == 0)
+      bulk_prefetch_l2(p, bytes);
+  }
 }
 
 // One block per SM (fewer when there are fewer tile groups).
@@ -161,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
   issue_range(n0, all);
-  if (threadIdx.x == 0) job.ahead();
+  l2_ahead(job.ahead());
   TERN_TRACE_MARK(staged);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Batch b0's sums reduced across warps through red half `half`; its stages
