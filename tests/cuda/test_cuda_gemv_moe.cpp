@@ -33,10 +33,7 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
 
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
   cpu::matmul(W.host, x.data(), 1, ref.data());
-  // An L2 prefetch of the matrix itself changes nothing.
-  ASSERT_EQ(cuda::gemv({.W = W.dev, .x = dx.get(), .y = dy.get(), .ahead = cuda::gemv_ahead(W.dev)},
-                       nullptr),
-            cudaSuccess);
+  ASSERT_EQ(cuda::gemv({.W = W.dev, .x = dx.get(), .y = dy.get()}, nullptr), cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
 
@@ -149,10 +146,7 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
 
   cuda::RouterArgs ra{R.dev,      dh.get(),   dn.get(),   1e-6f, da.get(), dl.get(),
                       dcnt.get(), dids.get(), dwts.get(), k,     nullptr};
-  // L2 prefetches of a later GEMV's tiles change nothing; their addresses
-  // must stay in bounds.
-  const cuda::ExpertsUpArgs up{GU.dev, da.get(), dids.get(), dact.get(),
-                               E,      k,        I,          cuda::gemv_ahead(O.dev)};
+  const cuda::ExpertsUpArgs up{GU.dev, da.get(), dids.get(), dact.get(), E, k, I};
   if (fed) {
     ASSERT_TRUE(cuda::router_fed(O.dev, ra, up));
   }
@@ -178,6 +172,8 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   EXPECT_EQ(ids, route.experts);
   EXPECT_LE(max_diff(to_host(dwts.get(), size_t(k + 1)), wts), 1e-5f);
   EXPECT_LE(max_diff(to_host(dact.get(), act.size()), act), kRel * 4 * max_abs(act));
+  // An L2 prefetch of a later GEMV's tiles changes nothing; its addresses
+  // must stay in bounds.
   ASSERT_EQ(cuda::experts_down({DN.dev, dact.get(), dids.get(), dwts.get(), dh.get(), E, k,
                                 cuda::gemv_ahead(O.dev)},
                                nullptr),

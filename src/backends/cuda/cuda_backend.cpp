@@ -183,18 +183,14 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
   auto in_proj = [&](int i) {
     if (i >= c.n_layers) return L2Ahead{};
     const DevLayer& L = W.layers[size_t(i)];
-    L2Ahead a = gemv_ahead(L.type == LayerType::linear_attention ? L.in_proj : L.qkv);
-    a.lsu = (l2 & 4) != 0;
-    if (l2 & 8) a.skip = 0;
-    return a;
+    return gemv_ahead(L.type == LayerType::linear_attention ? L.in_proj : L.qkv);
   };
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
     const bool linear = L.type == LayerType::linear_attention;
     RouterArgs r = router_args(L);
-    ExpertsUpArgs up = up_args(L);
+    const ExpertsUpArgs up = up_args(L);
     const L2Ahead next = in_proj(i + 1);
-    if (l2 & 1) up.ahead = next;
     if (const auto k = std::find(feeding.begin(), feeding.end(), i); k != feeding.end()) {
       const size_t turn = size_t(k - feeding.begin()) % 2;
       r.fed = feed_ + turn * feed_words;

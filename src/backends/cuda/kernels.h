@@ -68,7 +68,6 @@ struct L2Ahead {
   const uint8_t* tiles = nullptr;
   uint32_t tile_bytes = 0;
   int n = 0, blocks = 0, skip = 0;
-  int lsu = 0;  // EXPERIMENT: per-thread prefetches instead of the TMA engine
 };
 
 // What the GEMV does with each output row.
@@ -110,7 +109,6 @@ struct GemvArgs {
   RouterFeed feed = {};  // GemvOut::add only, where gemv_feeds(W)
   int norm_group = 0;
   const float* gate = nullptr;  // [W.cols], with norm_group
-  L2Ahead ahead = {};
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
 // What brings a later gemv over W's late tiles into L2 (none off the
@@ -148,7 +146,6 @@ struct ExpertsUpArgs {
   const int* ids = nullptr;
   float* act = nullptr;  // [(top_k+1) * I]
   int n_experts = 0, top_k = 0, inter = 0;
-  L2Ahead ahead = {};  // tensor-core path
 };
 // Routes the token (r) and runs the experts' gate/up (u, whose a and ids are
 // r's). With fed logits (r.fed, where router_fed allows) this is one launch:

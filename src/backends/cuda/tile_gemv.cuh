@@ -59,7 +59,7 @@ struct Sums {
 };
 
 // This block's share of a.tiles into L2: the late tiles of the later
-// kernel's blocks blockIdx.x, + gridDim.x, ... (all threads).
+// kernel's blocks blockIdx.x, + gridDim.x, ... (one thread).
 __device__ inline void l2_ahead(const L2Ahead& a) {
   for (int c = int(blockIdx.x); a.tiles != nullptr && c < a.blocks; c += int(gridDim.x)) {
     const int t0 = int(unsigned(c) * unsigned(a.n) / unsigned(a.blocks)) + a.skip;
@@ -67,10 +67,7 @@ __device__ inline void l2_ahead(const L2Ahead& a) {
     if (t0 >= t1) continue;
     const uint8_t* p = a.tiles + size_t(t0) * a.tile_bytes;
     const uint32_t bytes = uint32_t(t1 - t0) * a.tile_bytes;
-    if (a.lsu)
-      for (uint32_t o = threadIdx.x * 128u; o < bytes; o += blockDim.x * 128u) prefetch_l2(p + o);
-    else if (threadIdx.x == 0)
-      bulk_prefetch_l2(p, bytes);
+    if (threadIdx.x == 0) bulk_prefetch_l2(p, bytes);
   }
 }
 
@@ -170,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
   issue_range(n0, all);
-  l2_ahead(job.ahead());
+  if (threadIdx.x == 0) l2_ahead(job.ahead());
   TERN_TRACE_MARK(staged);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Batch b0's sums reduced across warps through red half `half`; its stages
