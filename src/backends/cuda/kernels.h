@@ -286,8 +286,7 @@ enum class TraceKind : uint32_t {
   attn_combine,
 };
 // A block's phases, in ns since its start (0: the kernel has no such mark;
-// `landed`, all of a batch's weights in, only before the tile GEMVs dotted
-// each tile as it lands).
+// `landed`: the tile GEMVs' first batch's last tile in, as warp 0 saw it).
 enum class TraceMark : uint32_t { waited, issued, staged, landed, dotted, synced, first, count };
 struct TraceRecord {
   uint64_t start_ns;  // globaltimer

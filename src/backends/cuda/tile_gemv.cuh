@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
           if (b0 + tt < t1) {
             // Each tile as it lands (a passed phase returns at once).
             mbar_wait(bars + (b0 + tt - t0) % S, uint32_t((b0 + tt - t0) / S) & 1u);
+            if (b0 == t0 && b0 + tt == min(t1, b0 + TB) - 1) TERN_TRACE_MARK(landed);
             round_dot(img.read(stage_of(b0 + tt), r), f, acc[tt][0], acc[tt][1]);
           }
       }
