@@ -132,14 +132,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   uint8_t* const ring = base + lay.ring;
   uint64_t* const bars = reinterpret_cast<uint64_t*>(base + lay.bars);
   const TileImage img = job.image();
-  auto stage_of = [&](int t) { return ring + size_t((t - t0) % S) * img.bytes(); };
+  auto stage_at = [&](int slot) { return ring + size_t(slot) * img.bytes(); };
   // Piece p of tile t's copies into its stage; piece 0 arms the stage's
   // barrier. The first stages' pieces go out from the lanes of warp 0.
   const int P = job.pieces();
   auto issue = [&](int t, int p) {
-    uint64_t* bar = bars + (t - t0) % S;
-    if (p == 0) mbar_arrive_expect(bar, img.bytes());
-    job.copy(t, p, stage_of(t), bar);
+    const int slot = (t - t0) % S;
+    if (p == 0) mbar_arrive_expect(bars + slot, img.bytes());
+    job.copy(t, p, stage_at(slot), bars + slot);
   };
   const int all = min(t1 - t0, S), n0 = min(all, kFirstCopies<Job>);
   auto issue_range = [&](int a, int b) {
@@ -173,6 +173,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   // Batch b0's sums reduced across warps through red half `half`; its stages
   // are refilled once every warp is past them.
   int half = 0;
+  // The batch's first stage and its phase, kept as the batches advance (no
+  // division in the loop: the kernels are issue-bound, docs round 8).
+  int slot0 = 0;
+  uint32_t phase0 = 0;
   for (int b0 = t0; b0 < t1; b0 += TB, half ^= 1) {
     float acc[TB][2] = {};
 #pragma unroll
@@ -183,10 +187,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
 #pragma unroll
         for (int tt = 0; tt < TB; ++tt)
           if (b0 + tt < t1) {
+            // TB <= S: the batch wraps round the ring at most once.
+            const bool wrap = slot0 + tt >= S;
+            const int slot = wrap ? slot0 + tt - S : slot0 + tt;
             // Each tile as it lands (a passed phase returns at once).
-            mbar_wait(bars + (b0 + tt - t0) % S, uint32_t((b0 + tt - t0) / S) & 1u);
+            mbar_wait(bars + slot, (phase0 + wrap) & 1u);
             if (b0 == t0 && b0 + tt == min(t1, b0 + TB) - 1) TERN_TRACE_MARK(landed);
-            round_dot(img.read(stage_of(b0 + tt), r), f, acc[tt][0], acc[tt][1]);
+            round_dot(img.read(stage_at(slot), r), f, acc[tt][0], acc[tt][1]);
           }
       }
     float* rd = red + half * kWarps * TB * 16;
@@ -198,6 +205,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
         rd[warp * TB * 16 + tt * 16 + g + 8] = v8;
       }
     }
+    slot0 += TB;
+    if (slot0 >= S) slot0 -= S, phase0 ^= 1u;
     if (b0 == t0) TERN_TRACE_MARK(dotted);
     __syncthreads();
     // The freed stages' refills from the last warp (the epilogues use the first).

@@ -117,9 +117,9 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
       // The group's words are norm_group / 8 neighbouring lanes.
       float ss = sq;
       for (int o = 1; o < norm_group / 8; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
-      const float f = 1.0f / sqrtf(ss / float(norm_group) + eps);
+      const float f = rsqrtf(ss / float(norm_group) + eps);
       if (on) {
-        const int c = 8 * v % norm_group;
+        const int c = 8 * v & (norm_group - 1);
         const float4 np = n4[c / 4], nq = n4[c / 4 + 1];
         const float4 gp = reinterpret_cast<const float4*>(gate)[2 * v],
                      gq = reinterpret_cast<const float4*>(gate)[2 * v + 1];
