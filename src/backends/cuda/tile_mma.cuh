@@ -154,11 +154,11 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     // by its scale, each next one's as its remainder is at most half the last
     // scale and the next scale is 253 times smaller.
     constexpr float kMagic = 12582912.0f;
-    // One reciprocal, not a division per part: inv_sc is 1/sc to a rounding, so
-    // a code may differ at a near-tie, and the remainder still stays within
-    // about half a scale, which the next part absorbs.
+    // One fast reciprocal, not a division per part: inv_sc is 1/sc to a few
+    // ulp, so a code may differ at a near-tie, and the remainder still stays
+    // within about half a scale, which the next part absorbs.
     float sc = mx > 0.0f ? mx * (1.0f / 127.0f) : 1.0f;
-    float inv_sc = mx > 0.0f ? 127.0f * __frcp_rn(mx) : 1.0f;
+    float inv_sc = mx > 0.0f ? __fdividef(127.0f, mx) : 1.0f;
 #pragma unroll
     for (int k = 0; k < kParts; ++k, sc *= 1.0f / 253.0f, inv_sc *= 253.0f) {
       uint32_t c[8];
