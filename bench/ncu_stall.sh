@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Stall reasons (incl. no_instruction: i-cache misses) of tile GEMV launches, and their SASS.
-source bench/prebuilt_env.sh
-which nvdisasm cuobjdump ncu
-cuobjdump -sass bench/prebuilt/tern 2>/dev/null | gzip > $OUT/sass.txt.gz; ls -la $OUT
-for cc in all none; do
-echo "=== cache-control $cc"
-timeout 200 ncu --kernel-name regex:gemv_kernel --launch-skip ${SKIP:-40} --launch-count 4 --graph-profiling node \
-  --cache-control $cc --clock-control none --section WarpStateStats --section InstructionStats --page raw \
+# On the GPU machine: instructions a warp and stall reasons (cycles a warp
+# spends in each state per issued instruction) of the tile GEMV launches, one
+# graph node at a time, and the SASS of the carried tern (sass.txt.gz), under
+# $OUT. SKIP and COUNT pick the launches; CACHE the ncu cache control.
+set -uo pipefail
+source "$(dirname "$0")/prebuilt_env.sh"
+cuobjdump -sass $BIN/tern | gzip >$OUT/sass.txt.gz
+ncu --kernel-name "regex:${KERNELS:-gemv_kernel}" --launch-skip ${SKIP:-40} --launch-count ${COUNT:-4} \
+  --graph-profiling node --cache-control ${CACHE:-none} --clock-control none \
+  --section WarpStateStats --section InstructionStats --page raw \
   $BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 2 --repeat 1 2>&1 |
-  grep -E "gemv_kernel|issue_stalled.*ratio|inst_executed.sum |gpu__time_duration.sum|smsp__pcsamp_warps_issue_stalled" | sed -e 's/  \+/ /g' | grep -v " 0$\| 0,0" | cut -c1-160
-done
+  grep -E "gemv_kernel|issue_stalled.*ratio|inst_executed.sum |gpu__time_duration.sum" |
+  sed -e 's/  \+/ /g' | grep -v " 0$" | tee $OUT/ncu_stall.txt

@@ -57,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            GemvCase{1001, 2048, 4}, GemvCase{129, 4096, 4},
                                            GemvCase{100, 1152, 4}, GemvCase{12352, 2048, 4},
                                            GemvCase{2048, 4096, 4}, GemvCase{40000, 2048, 4},
-                                           GemvCase{17, 128, 8}, GemvCase{257, 2048, 8}));
+                                           GemvCase{2500, 4096, 4}, GemvCase{17, 128, 8},
+                                           GemvCase{257, 2048, 8}));
 
 // The GDN out_proj's staging: every 128 columns RMS-normed on their own, times
 // the norm weight and silu(gate), then the GEMV with a residual add.
@@ -185,7 +186,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, Moe,
     ::testing::Values(MoeCase{64, 16, 4, 64, false}, MoeCase{128, 16, 4, 64, false},
                       MoeCase{128, 16, 4, 64, true}, MoeCase{1024, 128, 8, 256, true},
-                      MoeCase{2048, 256, 8, 512, false}, MoeCase{2048, 256, 8, 512, true}));
+                      MoeCase{2048, 256, 8, 512, false}, MoeCase{2048, 256, 8, 512, true},
+                      MoeCase{4096, 16, 4, 128, false}));
 
 }  // namespace
 }  // namespace tern::test

@@ -116,7 +116,11 @@ struct Layout {
   }
 };
 
-template <int RPW, int TB, typename Job>
+// kOne: the block's tiles all come in one batch, a stage each (every
+// per-layer GEMV), so stage and phase are the tile's index and 0 and nothing
+// is refilled; the ring's bookkeeping is instructions, and the kernels are
+// issue-bound (docs round 8).
+template <int RPW, int TB, bool kOne, typename Job>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, Job> lay) {
   extern __shared__ float4 sm4[];
   TERN_TRACE_BEGIN(Job::kEarly    ? TraceKind::gemv_early
@@ -187,11 +191,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
 #pragma unroll
         for (int tt = 0; tt < TB; ++tt)
           if (b0 + tt < t1) {
-            // TB <= S: the batch wraps round the ring at most once.
-            const bool wrap = slot0 + tt >= S;
-            const int slot = wrap ? slot0 + tt - S : slot0 + tt;
+            int slot = tt;
+            uint32_t parity = 0;
+            if constexpr (!kOne) {
+              // TB <= S: the batch wraps round the ring at most once.
+              const bool wrap = slot0 + tt >= S;
+              slot = wrap ? slot0 + tt - S : slot0 + tt;
+              parity = (phase0 + wrap) & 1u;
+            }
             // Each tile as it lands (a passed phase returns at once).
-            mbar_wait(bars + slot, (phase0 + wrap) & 1u);
+            mbar_wait(bars + slot, parity);
             if (b0 == t0 && b0 + tt == min(t1, b0 + TB) - 1) TERN_TRACE_MARK(landed);
             round_dot(img.read(stage_at(slot), r), f, acc[tt][0], acc[tt][1]);
           }
@@ -205,13 +214,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
         rd[warp * TB * 16 + tt * 16 + g + 8] = v8;
       }
     }
-    slot0 += TB;
-    if (slot0 >= S) slot0 -= S, phase0 ^= 1u;
     if (b0 == t0) TERN_TRACE_MARK(dotted);
     __syncthreads();
-    // The freed stages' refills from the last warp (the epilogues use the first).
-    if (warp == kWarps - 1)
-      for (int i = lane; i < TB * P && b0 + i / P + S < t1; i += 32) issue(b0 + i / P + S, i % P);
+    if constexpr (!kOne) {
+      slot0 += TB;
+      if (slot0 >= S) slot0 -= S, phase0 ^= 1u;
+      // The freed stages' refills from the last warp (the epilogues use the first).
+      if (warp == kWarps - 1)
+        for (int i = lane; i < TB * P && b0 + i / P + S < t1; i += 32) issue(b0 + i / P + S, i % P);
+    }
     if (b0 == t0) TERN_TRACE_MARK(synced);
     Sums s = sums;
     s.p = rd;
@@ -221,20 +232,26 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   TERN_TRACE_END();
 }
 
-template <int RPW, int TB, typename Job>
-cudaError_t launch(const Job& job, cudaStream_t st) {
-  if (job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
+template <int RPW, int TB, bool kOne, typename Job>
+cudaError_t launch_as(const Job& job, cudaStream_t st) {
+  if (job.rounds() > RPW * kWarps || (kOne && per_block(job) > TB)) return cudaErrorInvalidValue;
   const Layout<TB, Job> lay(job);
   if (lay.stages < std::min(TB, per_block(job))) return cudaErrorInvalidValue;
-  return launch_pdl(&gemv_kernel<RPW, TB, Job>, dim3(blocks(job)), dim3(kThreads), lay.total, st,
-                    job, lay);
+  return launch_pdl(&gemv_kernel<RPW, TB, kOne, Job>, dim3(blocks(job)), dim3(kThreads), lay.total,
+                    st, job, lay);
+}
+
+template <int RPW, int TB, typename Job>
+cudaError_t launch(const Job& job, cudaStream_t st) {
+  return per_block(job) <= TB ? launch_as<RPW, TB, true>(job, st)
+                              : launch_as<RPW, TB, false>(job, st);
 }
 
 // Blocks of at most 6 tiles take them in one batch (every per-layer GEMV);
 // longer runs go in batches of 3 through the ring.
 template <int RPW, typename Job>
 cudaError_t launch_batched(const Job& job, cudaStream_t st) {
-  return per_block(job) <= 6 ? launch<RPW, 6>(job, st) : launch<RPW, 3>(job, st);
+  return per_block(job) <= 6 ? launch_as<RPW, 6, true>(job, st) : launch_as<RPW, 3, false>(job, st);
 }
 
 }  // namespace tern::cuda::tile
