@@ -52,6 +52,8 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "norm + add";
 }
 
+// Tile paths: 12352 x 2048 one batch of 6 tiles a block, 40000 x 2048 batches
+// of 3 through the ring, 2500 x 4096 two tiles a block through a ring of two.
 INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                          ::testing::Values(GemvCase{37, 64, 4}, GemvCase{300, 512, 4},
                                            GemvCase{1001, 2048, 4}, GemvCase{129, 4096, 4},
@@ -186,8 +188,7 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, Moe,
     ::testing::Values(MoeCase{64, 16, 4, 64, false}, MoeCase{128, 16, 4, 64, false},
                       MoeCase{128, 16, 4, 64, true}, MoeCase{1024, 128, 8, 256, true},
-                      MoeCase{2048, 256, 8, 512, false}, MoeCase{2048, 256, 8, 512, true},
-                      MoeCase{4096, 16, 4, 128, false}));
+                      MoeCase{2048, 256, 8, 512, false}, MoeCase{2048, 256, 8, 512, true}));
 
 }  // namespace
 }  // namespace tern::test
