@@ -65,6 +65,8 @@ constexpr int kRow = kD / 8;  // 16-byte pieces per cache row
 constexpr size_t kQBytes = 2 * 8 * 32 * 16;  // q fragments: [hi, lo][8 k32 blocks][lane]
 constexpr size_t kRingBytes = size_t(kWarps) * kStages * kPieces * 32 * 16;
 constexpr size_t kSplitSmem = kQBytes + kRingBytes;
+// The ring becomes the merge's scratch: each warp's max, sum, weights and O.
+static_assert(kRingBytes >= sizeof(float) * kWarps * 8 * (3 + kD), "merge scratch");
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -273,22 +275,29 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
       const int head = 2 * t + (c & 1), dim = dim_of(g + 8 * (c >> 1), i);
       sm_o[(warp * 8 + head) * kD + dim] = st.acc[i][c];
     }
+  // The warps' weights a head, exp2(m_w - M) (0 for a head no warp saw), once
+  // a head rather than once a dim: the merge is instructions, not bytes.
+  float* sm_c = sm_o + kWarps * 8 * kD;  // [warp][head]
+  if (int(threadIdx.x) < G) {
+    const int h = int(threadIdx.x);
+    float M = -INFINITY, L = 0.0f;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w * 8 + h]);
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = M != -INFINITY ? exp2f(sm_m[w * 8 + h] - M) : 0.0f;
+      sm_c[w * 8 + h] = c;
+      L += sm_l[w * 8 + h] * c;
+    }
+    float* part = a.part + (size_t(kvh * G + h) * a.splits + split) * (kD + 2);
+    // The combine works in natural-log units.
+    part[kD] = M / kLog2e, part[kD + 1] = L;
+  }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * kD; idx += kWarps * 32) {
     const int h = idx / kD, d = idx % kD;
-    float M = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w * 8 + h]);
-    float L = 0.0f, O = 0.0f;
-    if (M != -INFINITY)
-      for (int w = 0; w < kWarps; ++w) {
-        const float c = exp2f(sm_m[w * 8 + h] - M);
-        L += sm_l[w * 8 + h] * c;
-        O += sm_o[(w * 8 + h) * kD + d] * c;
-      }
-    float* part = a.part + (size_t(kvh * G + h) * a.splits + split) * (kD + 2);
-    part[d] = O;
-    // The combine works in natural-log units.
-    if (d == 0) part[kD] = M / kLog2e, part[kD + 1] = L;
+    float O = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) O += sm_o[(w * 8 + h) * kD + d] * sm_c[w * 8 + h];
+    a.part[(size_t(kvh * G + h) * a.splits + split) * (kD + 2) + d] = O;
   }
   TERN_TRACE_END();
 }
