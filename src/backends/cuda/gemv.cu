@@ -106,14 +106,8 @@ struct DenseJob {
   __host__ __device__ size_t norm_at(int blocks) const {
     return (epilogue_floats(blocks) + 3) / 4 * 4;
   }
-  // Adding to y, the block's rows of y come into shared memory during staging,
-  // after the epilogue's constants and the norm.
-  __host__ __device__ bool adds() const { return a.out == GemvOut::add; }
-  __host__ __device__ size_t rows_at(int blocks) const {
-    return whole_norm() ? norm_at(blocks) + size_t(cols()) : norm_at(blocks);
-  }
   __host__ __device__ size_t extra_floats(int blocks) const {
-    return rows_at(blocks) + (adds() ? size_t(block_rows(blocks)) : 0);
+    return whole_norm() ? norm_at(blocks) + size_t(cols()) : epilogue_floats(blocks);
   }
   __device__ void before_wait(float* extra, int t0, int t1) const {
     if (a.feed.acc != nullptr) {
@@ -151,15 +145,12 @@ struct DenseJob {
   }
   // before_wait's copies (out long before) complete and visible to the block,
   // then staging.
-  __device__ tile::Staged stage(float* sm, float** red, int t0, int t1) const {
+  __device__ tile::Staged stage(float* sm, float** red) const {
     extern __shared__ float4 sm4[];
     if (whole_norm() || a.feed.acc != nullptr || a.out == GemvOut::conv) {
       cp_async_wait<0>();
       __syncthreads();
     }
-    if (adds())
-      tile::copy_rows(reinterpret_cast<float*>(sm4) + rows_at(int(gridDim.x)), a.y, t0, t1,
-                      a.W.rows);
     const float* norm =
         whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
     return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
@@ -180,13 +171,8 @@ struct DenseJob {
         conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);
       return;
     }
-    const float* y0 = extra + rows_at(int(gridDim.x)) - t0 * 16;  // y's rows, by row
     if (a.feed.acc == nullptr) {
-      if (!mine) return;
-      if (adds())
-        a.y[row] = y0[row] + s.row(i);
-      else
-        finish_row(a, row, s.row(i));
+      if (mine) finish_row(a, row, s.row(i));
       return;
     }
     // Feeding: y += sums (GemvOut::add), then the router's share of this
@@ -195,7 +181,7 @@ struct DenseJob {
     if (i < 16) {
       float v = 0.0f;
       if (mine) {
-        v = y0[row] + s.row(i);
+        v = a.y[row] + s.row(i);
         a.y[row] = v;
         v *= a.feed.norm[row];
       }

@@ -204,7 +204,7 @@ struct UpJob {
     const int slot = t / per_slot();
     tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + t % per_slot(), st, bar);
   }
-  __device__ tile::Staged stage(float* sm, float** red, int, int) const {
+  __device__ tile::Staged stage(float* sm, float** red) const {
     if constexpr (kRoutes) {
       cp_async_wait<0>();
       __syncthreads();
@@ -284,10 +284,7 @@ struct DownJob {
   __host__ __device__ int tiles() const { return hidden() / 16; }
   __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
-  // The block's rows of h, copied during staging (tile::copy_rows).
-  __host__ __device__ size_t extra_floats(int blocks) const {
-    return size_t(16) * ((tiles() + blocks - 1) / blocks);
-  }
+  __host__ __device__ size_t extra_floats(int) const { return 0; }
   __device__ void before_wait(float*, int, int) const {}
   __host__ __device__ tile::TileImage image() const { return tile::TileImage{cols()}; }
   // Piece s: slot s's part of the image, tile t of its expert's rows.
@@ -297,18 +294,13 @@ struct DownJob {
     tile::copy_tile(a.down, size_t(slot_expert(a, s)) * (hidden() / 16) + t, st + s * slot_bytes,
                     bar);
   }
-  static __device__ float* h_rows() {
-    extern __shared__ float4 sm4[];
-    return reinterpret_cast<float*>(sm4);
-  }
-  __device__ tile::Staged stage(float* sm, float** red, int t0, int t1) const {
-    tile::copy_rows(h_rows(), a.h, t0, t1, hidden());
+  __device__ tile::Staged stage(float* sm, float** red) const {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
-  __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
     const int i = int(threadIdx.x);
-    if (i < 16 && b0 < t1) a.h[b0 * 16 + i] = h_rows()[(b0 - t0) * 16 + i] + s.row(i);
+    if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
   }
 };
 

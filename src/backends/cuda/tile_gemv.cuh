@@ -30,11 +30,8 @@
 //   int pieces() const;            // host and device: bulk copies a tile
 //   void copy(int tile, int piece, uint8_t* stage, uint64_t* bar) const;  // one
 //                                  // thread: one piece of the tile's image
-//   tile::Staged stage(float* smem, float** red, int t0, int t1) const;
-//                                  // waits for before_wait's copies; may start
-//                                  // cp.async copies that finish() reads (the
-//                                  // kernel waits for them before the first
-//                                  // batch's barrier)
+//   tile::Staged stage(float* smem, float** red) const;  // waits for
+//                                  // before_wait's copies
 //   L2Ahead ahead() const;         // a later GEMV's tiles brought into L2
 //                                  // after the block's copies
 //   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
@@ -72,15 +69,6 @@ __device__ inline void l2_ahead(const L2Ahead& a) {
     const uint32_t bytes = uint32_t(t1 - t0) * a.tile_bytes;
     if (threadIdx.x == 0) bulk_prefetch_l2(p, bytes);
   }
-}
-
-// Rows [16 t0, min(16 t1, rows)) of y into dst by cp.async, for an epilogue
-// that adds to them: their L2 round trip overlaps the staging and the dot
-// products instead of following them (not waited for here).
-__device__ inline void copy_rows(float* dst, const float* y, int t0, int t1, int rows) {
-  const int r0 = 16 * t0, n = min(16 * t1, rows) - r0;
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) cp_async4(dst + i, y + r0 + i);
-  cp_async_commit();
 }
 
 // One block per SM (fewer when there are fewer tile groups).
@@ -181,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   }
   if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
-  const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red, t0, t1);
+  const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
   if constexpr (Job::kRoutes) job.settle(xs);
   issue_range(n0, all);
   if (threadIdx.x == 0) l2_ahead(job.ahead());
@@ -228,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
       }
     }
     if (b0 == t0) TERN_TRACE_MARK(dotted);
-    cp_async_wait<0>();  // stage()'s copies for the epilogue, published by the barrier
     __syncthreads();
     if constexpr (!kOne) {
       slot0 += TB;
