@@ -155,6 +155,7 @@ struct DenseJob {
         whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
     return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
   }
+  // Nothing into L2: down brings the next layer's weights in (cuda_backend).
   __device__ L2Ahead ahead() const { return {}; }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
     extern __shared__ float4 sm4[];

@@ -259,6 +259,7 @@ struct UpJob {
       for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads)
         r.spent[i] = 0;
   }
+  // Nothing into L2: down brings the next layer's weights in (cuda_backend).
   __device__ L2Ahead ahead() const {
     return {};
   }

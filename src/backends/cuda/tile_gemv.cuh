@@ -66,8 +66,7 @@ __device__ inline void l2_ahead(const L2Ahead& a) {
     const int t1 = int(unsigned(c + 1) * unsigned(a.n) / unsigned(a.blocks));
     if (t0 >= t1) continue;
     const uint8_t* p = a.tiles + size_t(t0) * a.tile_bytes;
-    const uint32_t bytes = uint32_t(t1 - t0) * a.tile_bytes;
-    if (threadIdx.x == 0) bulk_prefetch_l2(p, bytes);
+    bulk_prefetch_l2(p, uint32_t(t1 - t0) * a.tile_bytes);
   }
 }
 
