@@ -278,6 +278,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   // The warps' weights a head, exp2(m_w - M) (0 for a head no warp saw), once
   // a head rather than once a dim: the merge is instructions, not bytes.
   float* sm_c = sm_o + kWarps * 8 * kD;  // [warp][head]
+  auto part_of = [&](int h) {
+    return a.part + (size_t(kvh * G + h) * a.splits + split) * (kD + 2);
+  };
   if (int(threadIdx.x) < G) {
     const int h = int(threadIdx.x);
     float M = -INFINITY, L = 0.0f;
@@ -287,8 +290,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
       sm_c[w * 8 + h] = c;
       L += sm_l[w * 8 + h] * c;
     }
-    float* part = a.part + (size_t(kvh * G + h) * a.splits + split) * (kD + 2);
     // The combine works in natural-log units.
+    float* part = part_of(h);
     part[kD] = M / kLog2e, part[kD + 1] = L;
   }
   __syncthreads();
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     float O = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) O += sm_o[(w * 8 + h) * kD + d] * sm_c[w * 8 + h];
-    a.part[(size_t(kvh * G + h) * a.splits + split) * (kD + 2) + d] = O;
+    part_of(h)[d] = O;
   }
   TERN_TRACE_END();
 }

@@ -58,12 +58,17 @@ struct Sums {
   }
 };
 
+// Where block b of `blocks` starts in `units` split evenly (block b's share is
+// [split_at(b), split_at(b + 1))).
+__device__ __forceinline__ int split_at(int b, int units, int blocks) {
+  return int(unsigned(b) * unsigned(units) / unsigned(blocks));
+}
+
 // This block's share of a.tiles into L2: the late tiles of the later
 // kernel's blocks blockIdx.x, + gridDim.x, ... (one thread).
 __device__ inline void l2_ahead(const L2Ahead& a) {
   for (int c = int(blockIdx.x); a.tiles != nullptr && c < a.blocks; c += int(gridDim.x)) {
-    const int t0 = int(unsigned(c) * unsigned(a.n) / unsigned(a.blocks)) + a.skip;
-    const int t1 = int(unsigned(c + 1) * unsigned(a.n) / unsigned(a.blocks));
+    const int t0 = split_at(c, a.n, a.blocks) + a.skip, t1 = split_at(c + 1, a.n, a.blocks);
     if (t0 >= t1) continue;
     const uint8_t* p = a.tiles + size_t(t0) * a.tile_bytes;
     bulk_prefetch_l2(p, uint32_t(t1 - t0) * a.tile_bytes);
@@ -129,8 +134,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   if constexpr (!Job::kRoutes) pdl_launch_dependents();
   const int tiles = job.tiles(), rounds = job.rounds(), S = lay.stages;
   const int units = tiles / Job::kAlign;
-  const int t0 = int(blockIdx.x * unsigned(units) / gridDim.x) * Job::kAlign;
-  const int t1 = int((blockIdx.x + 1) * unsigned(units) / gridDim.x) * Job::kAlign;
+  const int blk = int(blockIdx.x), grid = int(gridDim.x);
+  const int t0 = split_at(blk, units, grid) * Job::kAlign;
+  const int t1 = split_at(blk + 1, units, grid) * Job::kAlign;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
   uint8_t* const base = reinterpret_cast<uint8_t*>(sm4);
   uint8_t* const ring = base + lay.ring;
