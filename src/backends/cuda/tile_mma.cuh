@@ -73,8 +73,7 @@ struct Staged {
 
 // Shared memory stage() needs for K columns, plus `red` floats of reduction space.
 constexpr size_t stage_bytes(int K, int red) {
-  return size_t(K) * kParts +
-         sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(K / 8) + 32 + red);
+  return size_t(K) * kParts + sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(K / 8) + red);
 }
 
 // The low bytes of four words, a's in the low byte.
@@ -99,12 +98,12 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
   uint2* part = reinterpret_cast<uint2*>(sm);
   float* xsum = reinterpret_cast<float*>(part + kParts * (K / 8));
   float* scale = xsum + K / 64;
-  float* wsq = scale + kParts * (K / 64);  // per word: sum of squares of x
-  float* inv = wsq + K / 8;
-  *red = inv + 32;
+  float* wsq = scale + kParts * (K / 64);  // per warp its words' sum of squares (K / 8 >= 16)
+  *red = wsq + K / 8;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* n4 = reinterpret_cast<const float4*>(norm);
   const int lane = int(threadIdx.x & 31);
+  float my_sq = 0.0f;  // this thread's words' sum of squares (the whole-vector norm)
   // Whole warps go round together (the shuffles need all lanes); K / 8 is a
   // multiple of 8, so a group's lanes are all in or all out.
   for (int base = int(threadIdx.x) - lane; base < K / 8; base += int(blockDim.x)) {
@@ -129,7 +128,7 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
                         q.z * f * nq.z * siluf(gq.z), q.w * f * nq.w * siluf(gq.w));
       }
     } else if (norm != nullptr && on) {
-      wsq[v] = sq;
+      my_sq += sq;
       const float4 np = n4[2 * v], nq = n4[2 * v + 1];
       p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
       q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
@@ -176,16 +175,23 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     }
     if (on && v % 8 == 0) xsum[v / 8] = sum;
   }
-  __syncthreads();
+  // The whole-vector norm: a sum a warp, then every thread adds the warps' sums
+  // itself after the one barrier (no second barrier behind one warp's sum).
   const bool whole = norm != nullptr && norm_group == 0;
-  if (whole && threadIdx.x < 32) {
-    float ss = 0.0f;
-    for (int v = int(threadIdx.x); v < K / 8; v += 32) ss += wsq[v];
-    ss = warp_sum(ss);
-    if (threadIdx.x == 0) *inv = 1.0f / sqrtf(ss / float(K) + eps);
+  if (whole) {
+    const float s = warp_sum(my_sq);
+    if (lane == 0) wsq[threadIdx.x >> 5] = s;
   }
   __syncthreads();
-  return {part, xsum, scale, K, whole ? *inv : 1.0f};
+  float f = 1.0f;
+  if (whole) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (w < int(blockDim.x >> 5)) ss += wsq[w];
+    f = rsqrtf(ss / float(K) + eps);
+  }
+  return {part, xsum, scale, K, f};
 }
 
 __device__ __forceinline__ void mma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
