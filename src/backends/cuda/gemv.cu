@@ -157,7 +157,18 @@ struct DenseJob {
   }
   // Nothing into L2: down brings the next layer's weights in (cuda_backend).
   __device__ L2Ahead ahead() const { return {}; }
-  __device__ void finish(int b0, int t0, int t1, const tile::Sums& s) const {
+  // Feeding, row lane % 16 of the block's tile: y read before the dot
+  // products (so the epilogue reads it before warp 0 writes it without a
+  // barrier, and its L2 round trip is off the critical path), and the norm.
+  struct Pre {
+    float y = 0.0f, norm = 0.0f;
+  };
+  __device__ Pre preload(int t0, int t1) const {
+    const int r = t0 * 16 + int(threadIdx.x & 15);
+    if (a.feed.acc == nullptr || t0 >= t1 || r >= a.W.rows) return {};
+    return {a.y[r], a.feed.norm[r]};
+  }
+  __device__ void finish(int b0, int t0, int t1, const tile::Sums& s, const Pre& pre) const {
     extern __shared__ float4 sm4[];
     const float* extra = reinterpret_cast<const float*>(sm4);
     const int i = int(threadIdx.x), row = b0 * 16 + i;
@@ -177,33 +188,29 @@ struct DenseJob {
       return;
     }
     // Feeding: y += sums (GemvOut::add), then the router's share of this
-    // block's 16 rows.
-    __shared__ float x[16];
-    if (i < 16) {
-      float v = 0.0f;
-      if (mine) {
-        v = a.y[row] + s.row(i);
-        a.y[row] = v;
-        v *= a.feed.norm[row];
-      }
-      x[i] = v;
-    }
-    __syncthreads();
+    // block's 16 rows (one tile a block: gemv_feeds). Every warp finishes the
+    // rows itself in its lanes 0-15, from y and the norm as preloaded, and
+    // trades them by shuffles, so no warp waits for another (warp 0 writes y).
+    const int j = i & 15, r = b0 * 16 + j;
+    const bool on = b0 < t1 && r < a.W.rows;
+    float v = on ? pre.y + s.row(j) : 0.0f;
+    if (on && i < 16) a.y[r] = v;
+    v *= pre.norm;
+    float x[16], sx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) sx += x[k] = __shfl_sync(kFull, v, k);
     const DMat& R = a.feed.W;
     const uint4* q = reinterpret_cast<const uint4*>(extra);
     const uint32_t* sb = reinterpret_cast<const uint32_t*>(q + R.rows);
-    float sx = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) sx += x[j];
     unsigned long long* acc = a.feed.acc + size_t(blockIdx.x % kFeedCopies) * R.rows;
     for (int e = i; e < R.rows; e += int(blockDim.x)) {
       const uint4 c = q[e];
       const uint32_t w[4] = {c.x, c.y, c.z, c.w};
       float qx = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) qx += byte_to_float(w[j / 4], j % 4) * x[j];
-      const float v = sb_scale(sb[e]) * qx + sb_bias(sb[e]) * sx;
-      atomicAdd(acc + e, static_cast<unsigned long long>(__float2ll_rn(v * 0x1p32f)));
+      for (int k = 0; k < 16; ++k) qx += byte_to_float(w[k / 4], k % 4) * x[k];
+      const float u = sb_scale(sb[e]) * qx + sb_bias(sb[e]) * sx;
+      atomicAdd(acc + e, static_cast<unsigned long long>(__float2ll_rn(u * 0x1p32f)));
     }
   }
 };

@@ -263,8 +263,12 @@ struct UpJob {
   __device__ L2Ahead ahead() const {
     return {};
   }
+  struct Pre {};
+  __device__ Pre preload(int, int) const {
+    return {};
+  }
   // Thread i: feature i % 8 of the batch's tile i / 8.
-  __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s, Pre) const {
     const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
     const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
@@ -299,7 +303,9 @@ struct DownJob {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
-  __device__ void finish(int b0, int, int t1, const tile::Sums& s) const {
+  struct Pre {};
+  __device__ Pre preload(int, int) const { return {}; }
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s, Pre) const {
     const int i = int(threadIdx.x);
     if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
   }

@@ -34,7 +34,10 @@
 //                                  // before_wait's copies
 //   L2Ahead ahead() const;         // a later GEMV's tiles brought into L2
 //                                  // after the block's copies
-//   void finish(int b0, int t0, int t1, const tile::Sums& s) const;  // all threads
+//   Pre preload(int t0, int t1) const;  // what the epilogue reads from
+//                                  // earlier kernels, loaded after staging
+//   void finish(int b0, int t0, int t1, const tile::Sums& s, const Pre&) const;
+//                                  // all threads
 #pragma once
 
 #include <algorithm>
@@ -185,6 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   issue_range(n0, all);
   if (threadIdx.x == 0) l2_ahead(job.ahead());
   TERN_TRACE_MARK(staged);
+  const auto pre = job.preload(t0, t1);
   const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
   // Batch b0's sums reduced across warps through red half `half`; its stages
   // are refilled once every warp is past them.
@@ -238,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
     if (b0 == t0) TERN_TRACE_MARK(synced);
     Sums s = sums;
     s.p = rd;
-    job.finish(b0, t0, t1, s);
+    job.finish(b0, t0, t1, s, pre);
     if (b0 == t0) TERN_TRACE_MARK(first);
   }
   TERN_TRACE_END();
