@@ -135,7 +135,7 @@ struct DenseJob {
         }
       }
     }
-    if (whole_norm()) cp_async_floats(extra + norm_at(int(gridDim.x)), a.norm, cols());
+    if (whole_norm()) tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, cols());
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -143,14 +143,13 @@ struct DenseJob {
   __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
     tile::copy_tile(a.W, size_t(t), st, bar);
   }
-  // before_wait's copies (out long before) complete and visible to the block,
-  // then staging.
+  // before_wait's copies (out long before) complete: the norm weights are the
+  // thread's own (stage_copy), and the epilogue's constants become visible to
+  // the block at the barrier after the dot products (no barrier here: the
+  // kernels are issue-bound, docs round 9).
   __device__ tile::Staged stage(float* sm, float** red) const {
     extern __shared__ float4 sm4[];
-    if (whole_norm() || a.feed.acc != nullptr || a.out == GemvOut::conv) {
-      cp_async_wait<0>();
-      __syncthreads();
-    }
+    cp_async_wait<0>();
     const float* norm =
         whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
     return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);

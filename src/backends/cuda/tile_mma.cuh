@@ -81,6 +81,16 @@ __device__ __forceinline__ uint32_t low_bytes(uint32_t a, uint32_t b, uint32_t c
   return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
 }
 
+// Copies K floats for stage() by cp.async, each thread the words stage() has
+// it read (thread v + i * blockDim: columns 8 v .. 8 v + 7), so the thread's
+// own cp.async wait makes them visible to it without a block barrier.
+__device__ __forceinline__ void stage_copy(float* dst, const float* src, int K) {
+  for (int v = int(threadIdx.x); v < K / 8; v += int(blockDim.x)) {
+    cp_async16(dst + 8 * v, src + 8 * v);
+    cp_async16(dst + 8 * v + 4, src + 8 * v + 4);
+  }
+}
+
 // Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
 // (when given) multiplies column k by weight[k / per_weight]. With norm_group
 // (a power of two, 8..256) every norm_group columns are RMS-normed on their
