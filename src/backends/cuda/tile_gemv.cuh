@@ -107,7 +107,7 @@ constexpr int kMaxStages = 16;
 // per kernel kind 1-7 were within 0.3%: docs/kernels/cuda-decode.md round 7).
 // Down takes one tile a block.
 template <typename Job>
-constexpr int kFirstCopies = Job::kEarly || Job::kRoutes ? 2 : kMaxStages;
+constexpr int kFirstCopies = Job::kEarly ? 2 : kMaxStages;
 constexpr size_t align128(size_t n) {
   return (n + 127) / 128 * 128;
 }
