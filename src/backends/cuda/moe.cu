@@ -214,15 +214,19 @@ struct UpJob {
     return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
   }
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
-  // sum of its copies. h's copy goes out first.
+  // sum of its copies. Its loads go out before h's copy, which is not needed
+  // until after the routing.
   __device__ long long fetch() const {
-    cp_async_floats(staged_in(), r.h, cols());
-    cp_async_commit();
     const int e = int(threadIdx.x);
-    unsigned long long v = 0;
+    unsigned long long f[kFeedCopies] = {};
     if (e < r.W.rows)
 #pragma unroll
-      for (int c = 0; c < kFeedCopies; ++c) v += __ldcg(r.fed + size_t(c) * r.W.rows + e);
+      for (int c = 0; c < kFeedCopies; ++c) f[c] = __ldcg(r.fed + size_t(c) * r.W.rows + e);
+    cp_async_floats(staged_in(), r.h, cols());
+    cp_async_commit();
+    unsigned long long v = 0;
+#pragma unroll
+    for (int c = 0; c < kFeedCopies; ++c) v += f[c];
     return static_cast<long long>(v);
   }
   // The fed logits (unscaled) and the choice, in shared memory.
