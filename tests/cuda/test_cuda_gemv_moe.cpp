@@ -62,11 +62,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            GemvCase{2500, 4096, 4}, GemvCase{17, 128, 8},
                                            GemvCase{257, 2048, 8}));
 
-// The GDN out_proj's staging: every 128 columns RMS-normed on their own, times
-// the norm weight and silu(gate), then the GEMV with a residual add.
-TEST(GemvGatedNorm, MatchesCpu) {
+// The GDN out_proj's staging: every `group` columns (128 in the model)
+// RMS-normed on their own, times the norm weight and silu(gate), then the
+// GEMV with a residual add. Groups wider than a round (128) are refused.
+class GemvGatedNorm : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemvGatedNorm, MatchesCpu) {
   TERN_REQUIRE_GPU();
-  constexpr int rows = 2048, cols = 4096, group = 128;
+  constexpr int rows = 2048, cols = 4096;
+  const int group = GetParam();
   std::mt19937 g(7);
   TestMat W(rows, cols, 4, g, 0.05f);
   W.tile();
@@ -81,19 +85,24 @@ TEST(GemvGatedNorm, MatchesCpu) {
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (int r = 0; r < rows; ++r) ref[size_t(r)] += y0[size_t(r)];
   auto dx = to_dev(x), dz = to_dev(z), dn = to_dev(normw), dy = to_dev(y0);
-  ASSERT_EQ(cuda::gemv({.W = W.dev,
-                        .x = dx.get(),
-                        .norm = dn.get(),
-                        .eps = 1e-6f,
-                        .y = dy.get(),
-                        .out = cuda::GemvOut::add,
-                        .norm_group = group,
-                        .gate = dz.get()},
-                       nullptr),
-            cudaSuccess);
+  const cuda::GemvArgs args{.W = W.dev,
+                            .x = dx.get(),
+                            .norm = dn.get(),
+                            .eps = 1e-6f,
+                            .y = dy.get(),
+                            .out = cuda::GemvOut::add,
+                            .norm_group = group,
+                            .gate = dz.get()};
+  if (group > 128) {
+    EXPECT_EQ(cuda::gemv(args, nullptr), cudaErrorInvalidValue);
+    return;
+  }
+  ASSERT_EQ(cuda::gemv(args, nullptr), cudaSuccess);
   const auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref));
 }
+
+INSTANTIATE_TEST_SUITE_P(Groups, GemvGatedNorm, ::testing::Values(32, 128, 256));
 
 struct MoeCase {
   int hidden, experts, top_k, inter;

@@ -109,7 +109,7 @@ struct DenseJob {
   __host__ __device__ size_t extra_floats(int blocks) const {
     return whole_norm() ? norm_at(blocks) + size_t(cols()) : epilogue_floats(blocks);
   }
-  __device__ void before_wait(float* extra, int t0, int t1) const {
+  __device__ void before_wait(float* extra, int t0, int t1, tile::Cols mine) const {
     if (a.feed.acc != nullptr) {
       const DMat& R = a.feed.W;
       uint4* q = reinterpret_cast<uint4*>(extra);
@@ -135,7 +135,7 @@ struct DenseJob {
         }
       }
     }
-    if (whole_norm()) tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, cols());
+    if (whole_norm()) tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, mine);
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -147,12 +147,12 @@ struct DenseJob {
   // thread's own (stage_copy), and the epilogue's constants become visible to
   // the block at the barrier after the dot products (no barrier here: the
   // kernels are issue-bound, docs round 9).
-  __device__ tile::Staged stage(float* sm, float** red) const {
+  __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     extern __shared__ float4 sm4[];
     cp_async_wait<0>();
     const float* norm =
         whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
-    return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, a.norm_group, a.gate);
+    return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, mine, a.norm_group, a.gate);
   }
   // Nothing into L2: down brings the next layer's weights in (cuda_backend).
   __device__ L2Ahead ahead() const { return {}; }
@@ -263,8 +263,8 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
                                 a.feed.W.cols != a.W.rows))
     return cudaErrorInvalidValue;
   const int ng = a.norm_group;
-  if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > 256 || (ng & (ng - 1)) != 0 || a.W.cols % ng != 0 ||
-                  a.norm == nullptr || a.gate == nullptr))
+  if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > tile::kRound || (ng & (ng - 1)) != 0 ||
+                  a.W.cols % ng != 0 || a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
   if (tiled(a.W))
     return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)

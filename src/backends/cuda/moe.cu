@@ -183,7 +183,7 @@ struct UpJob {
     extern __shared__ float4 sm4[];
     return reinterpret_cast<float*>(sm4);
   }
-  __device__ void before_wait(float*, int, int) const {
+  __device__ void before_wait(float*, int, int, tile::Cols) const {
     if constexpr (kRoutes) {
       cp_async_floats(staged_in() + cols(), r.norm, cols());
       cp_async_commit();
@@ -204,19 +204,19 @@ struct UpJob {
     const int slot = t / per_slot();
     tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + t % per_slot(), st, bar);
   }
-  __device__ tile::Staged stage(float* sm, float** red) const {
+  __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     if constexpr (kRoutes) {
       cp_async_wait<0>();
       __syncthreads();
       const float* x = staged_in();
-      return tile::stage(x, cols(), x + cols(), r.eps, nullptr, 0, sm, red);
+      return tile::stage(x, cols(), x + cols(), r.eps, nullptr, 0, sm, red, mine);
     }
-    return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red);
+    return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red, mine);
   }
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
   // sum of its copies. Its loads go out before h's copy, which is not needed
   // until after the routing.
-  __device__ long long fetch() const {
+  __device__ long long fetch(tile::Cols) const {
     const int e = int(threadIdx.x);
     unsigned long long f[kFeedCopies] = {};
     if (e < r.W.rows)
@@ -253,12 +253,12 @@ struct UpJob {
     }
     __syncthreads();
   }
-  // After staging (the loads are out): block 0 writes the choice for down
+  // After the dot products (norm: the RMSNorm factor): block 0 writes the choice for down
   // with the weights (scaled logits), and the last block zeroes the previous
   // layer's feed (no one reads it any more) for the next layer's producer.
-  __device__ void settle(const tile::Staged& xs) const {
+  __device__ void settle(float norm) const {
     if (blockIdx.x == 0 && threadIdx.x < 32)
-      write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], xs.norm);
+      write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], norm);
     if (blockIdx.x == gridDim.x - 1)
       for (int i = int(threadIdx.x); i < kFeedCopies * r.W.rows; i += tile::kThreads)
         r.spent[i] = 0;
@@ -294,7 +294,7 @@ struct DownJob {
   __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
   __host__ __device__ size_t extra_floats(int) const { return 0; }
-  __device__ void before_wait(float*, int, int) const {}
+  __device__ void before_wait(float*, int, int, tile::Cols) const {}
   __host__ __device__ tile::TileImage image() const { return tile::TileImage{cols()}; }
   // Piece s: slot s's part of the image, tile t of its expert's rows.
   __host__ __device__ int pieces() const { return a.top_k + 1; }
@@ -303,8 +303,8 @@ struct DownJob {
     tile::copy_tile(a.down, size_t(slot_expert(a, s)) * (hidden() / 16) + t, st + s * slot_bytes,
                     bar);
   }
-  __device__ tile::Staged stage(float* sm, float** red) const {
-    return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red);
+  __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
+    return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red, mine);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
   struct Pre {};

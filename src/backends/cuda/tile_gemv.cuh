@@ -16,8 +16,8 @@
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
 //   static constexpr bool kRoutes; // picks its rows itself after the PDL
 //                                  // wait: route(fetch()), then dependents
-//                                  // launch and copies go out; settle(staged)
-//                                  // after staging
+//                                  // launch and copies go out; settle(norm)
+//                                  // after the first batch's barrier
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   static constexpr bool kNarrow; // the narrow shared-memory class (common.cuh)
 //   int tiles() const; int rounds() const; int cols() const;  // host and device;
@@ -25,13 +25,16 @@
 //   tile::TileImage image() const;  // host and device
 //   size_t extra_floats(int blocks) const;  // shared memory of its own, at the
 //                                  // start
-//   void before_wait(float* extra, int t0, int t1) const;  // cp.async copies
-//                                  // that need no earlier kernel (block's tiles)
+//   void before_wait(float* extra, int t0, int t1, tile::Cols mine) const;
+//                                  // cp.async copies that need no earlier
+//                                  // kernel (block's tiles; mine: the warp's
+//                                  // staged columns)
 //   int pieces() const;            // host and device: bulk copies a tile
 //   void copy(int tile, int piece, uint8_t* stage, uint64_t* bar) const;  // one
 //                                  // thread: one piece of the tile's image
-//   tile::Staged stage(float* smem, float** red) const;  // waits for
-//                                  // before_wait's copies
+//   tile::Staged stage(float* smem, float** red, tile::Cols mine) const;
+//                                  // the warp's columns; waits for the
+//                                  // thread's own before_wait copies
 //   L2Ahead ahead() const;         // a later GEMV's tiles brought into L2
 //                                  // after the block's copies
 //   Pre preload(int t0, int t1) const;  // what the epilogue reads from
@@ -172,24 +175,24 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   __syncthreads();
   if constexpr (Job::kEarly) issue_range(0, n0);
   TERN_TRACE_MARK(issued);
-  job.before_wait(reinterpret_cast<float*>(base), t0, t1);
+  const Cols mine = warp_cols<RPW>(rounds);
+  job.before_wait(reinterpret_cast<float*>(base), t0, t1, mine);
   pdl_wait();
   TERN_TRACE_MARK(waited);
   if constexpr (!Job::kEarly && !Job::kRoutes) issue_range(0, n0);
   if constexpr (Job::kRoutes) {
-    job.route(job.fetch());
+    job.route(job.fetch(mine));
     pdl_launch_dependents();
     issue_range(0, n0);
   }
   if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
-  const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red);
-  if constexpr (Job::kRoutes) job.settle(xs);
+  const Staged xs = job.stage(reinterpret_cast<float*>(base + lay.stage), &red, mine);
   issue_range(n0, all);
   if (threadIdx.x == 0) l2_ahead(job.ahead());
   TERN_TRACE_MARK(staged);
   const auto pre = job.preload(t0, t1);
-  const Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), xs.norm};
+  Sums sums{nullptr, TB * 16, min(kWarps, (rounds + RPW - 1) / RPW), 1.0f};
   // Batch b0's sums reduced across warps through red half `half`; its stages
   // are refilled once every warp is past them.
   int half = 0;
@@ -239,7 +242,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
       if (warp == kWarps - 1)
         for (int i = lane; i < TB * P && b0 + i / P + S < t1; i += 32) issue(b0 + i / P + S, i % P);
     }
-    if (b0 == t0) TERN_TRACE_MARK(synced);
+    if (b0 == t0) {
+      // Every warp's staging is past the barrier: the RMSNorm factor.
+      sums.scale = xs.norm();
+      if constexpr (Job::kRoutes) job.settle(sums.scale);
+      TERN_TRACE_MARK(synced);
+    }
     Sums s = sums;
     s.p = rd;
     job.finish(b0, t0, t1, s, pre);

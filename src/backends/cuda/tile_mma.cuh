@@ -60,6 +60,17 @@ __device__ __forceinline__ void copy_tile(const DMat& W, size_t tile, uint8_t* d
 
 constexpr int kParts = 3;  // int8 parts of the staged activation
 
+// The columns whose staged activation a warp's dot products read: those of
+// its rounds (warp w takes rounds w RPW .. w RPW + RPW - 1), [c0, c1).
+struct Cols {
+  int c0, c1;
+};
+template <int RPW>
+__device__ __forceinline__ Cols warp_cols(int rounds) {
+  const int w = int(threadIdx.x >> 5);
+  return {min(rounds, w * RPW) * kRound, min(rounds, (w + 1) * RPW) * kRound};
+}
+
 // The activation staged for the B operand: per 8 columns and part, the int8
 // codes of the even columns and of the odd ones (two words); per group the
 // exact sum and the parts' scales.
@@ -68,12 +79,23 @@ struct Staged {
   const float* xsum;   // [K / 64]
   const float* scale;  // [kParts][K / 64]
   int K;
-  float norm;  // multiplies the finished dot products (the RMSNorm factor)
+  const float* wsq;  // per warp its columns' sum of squares (whole-vector norm), or null
+  float eps;
+  // The RMSNorm factor that multiplies the finished dot products. Every
+  // warp's staging must be past a block barrier.
+  __device__ float norm() const {
+    if (wsq == nullptr) return 1.0f;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; w += 2) s0 += wsq[w], s1 += wsq[w + 1];
+    return rsqrtf((s0 + s1) / float(K) + eps);
+  }
 };
 
 // Shared memory stage() needs for K columns, plus `red` floats of reduction space.
 constexpr size_t stage_bytes(int K, int red) {
-  return size_t(K) * kParts + sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(K / 8) + red);
+  return size_t(K) * kParts +
+         sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(kWarps) + size_t(red));
 }
 
 // The low bytes of four words, a's in the low byte.
@@ -81,11 +103,11 @@ __device__ __forceinline__ uint32_t low_bytes(uint32_t a, uint32_t b, uint32_t c
   return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
 }
 
-// Copies K floats for stage() by cp.async, each thread the words stage() has
-// it read (thread v + i * blockDim: columns 8 v .. 8 v + 7), so the thread's
-// own cp.async wait makes them visible to it without a block barrier.
-__device__ __forceinline__ void stage_copy(float* dst, const float* src, int K) {
-  for (int v = int(threadIdx.x); v < K / 8; v += int(blockDim.x)) {
+// Copies the warp's columns c of src to dst for stage() by cp.async, each lane
+// the words stage() has it read, so the thread's own cp.async wait makes them
+// visible to it without a barrier.
+__device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c) {
+  for (int v = c.c0 / 8 + int(threadIdx.x & 31); v < c.c1 / 8; v += 32) {
     cp_async16(dst + 8 * v, src + 8 * v);
     cp_async16(dst + 8 * v + 4, src + 8 * v + 4);
   }
@@ -93,32 +115,35 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, int K) 
 
 // Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
 // (when given) multiplies column k by weight[k / per_weight]. With norm_group
-// (a power of two, 8..256) every norm_group columns are RMS-normed on their
+// (a power of two, 8..128) every norm_group columns are RMS-normed on their
 // own, times norm[k % norm_group] and silu(gate[k]), instead. Each 64-column
 // group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
 // scale_0 = max|x| / 127 and each next scale 253 times smaller (fp32-grade).
 // RMSNorm is a scalar per token, so it is not applied here: its factor, from
 // the sum of squares gathered in the same pass, comes back as Staged::norm for
-// the finished dot products. Each thread takes whole words (8 columns); the 8
-// lanes of a group share its maximum and sum by shuffles. Returns the staged
-// view and the `red` floats after it. Ends with a block barrier.
+// the finished dot products. Each warp stages just its own columns (mine:
+// those its dot products read), so nothing waits for another warp (the
+// kernels are issue-bound, docs round 9); a lane takes whole words (8
+// columns), and the 8 lanes of a group share its maximum and sum by shuffles.
+// Returns the staged view and the `red` floats after it.
 __device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
                                const float* weight, int per_weight, float* sm, float** red,
-                               int norm_group = 0, const float* gate = nullptr) {
+                               Cols mine, int norm_group = 0, const float* gate = nullptr) {
   uint2* part = reinterpret_cast<uint2*>(sm);
   float* xsum = reinterpret_cast<float*>(part + kParts * (K / 8));
   float* scale = xsum + K / 64;
-  float* wsq = scale + kParts * (K / 64);  // per warp its words' sum of squares (K / 8 >= 16)
-  *red = wsq + K / 8;
+  float* wsq = scale + kParts * (K / 64);  // [kWarps]
+  *red = wsq + kWarps;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* n4 = reinterpret_cast<const float4*>(norm);
   const int lane = int(threadIdx.x & 31);
   float my_sq = 0.0f;  // this thread's words' sum of squares (the whole-vector norm)
-  // Whole warps go round together (the shuffles need all lanes); K / 8 is a
-  // multiple of 8, so a group's lanes are all in or all out.
-  for (int base = int(threadIdx.x) - lane; base < K / 8; base += int(blockDim.x)) {
+  // The warp goes round together (the shuffles need all lanes); its words
+  // start at a multiple of 16 and are a multiple of 16, so a group's lanes
+  // (up to 16) are all in or all out.
+  for (int base = mine.c0 / 8; base < mine.c1 / 8; base += 32) {
     const int v = base + lane;
-    const bool on = v < K / 8;
+    const bool on = v < mine.c1 / 8;
     float4 p = on ? x4[2 * v] : make_float4(0, 0, 0, 0), q = on ? x4[2 * v + 1] : p;
     const float sq = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
                      (q.z * q.z + q.w * q.w);
@@ -185,23 +210,15 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     }
     if (on && v % 8 == 0) xsum[v / 8] = sum;
   }
-  // The whole-vector norm: a sum a warp, then every thread adds the warps' sums
-  // itself after the one barrier (no second barrier behind one warp's sum).
+  // The whole-vector norm: a sum a warp, added up after the block's next
+  // barrier (Staged::norm).
   const bool whole = norm != nullptr && norm_group == 0;
   if (whole) {
     const float s = warp_sum(my_sq);
     if (lane == 0) wsq[threadIdx.x >> 5] = s;
   }
-  __syncthreads();
-  float f = 1.0f;
-  if (whole) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      if (w < int(blockDim.x >> 5)) ss += wsq[w];
-    f = rsqrtf(ss / float(K) + eps);
-  }
-  return {part, xsum, scale, K, f};
+  __syncwarp();
+  return {part, xsum, scale, K, whole ? wsq : nullptr, eps};
 }
 
 __device__ __forceinline__ void mma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
