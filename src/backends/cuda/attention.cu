@@ -16,23 +16,26 @@ constexpr int kD = kHeadDim;
 
 __global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
   pdl_launch_dependents();
-  pdl_wait();
   __shared__ float x[kD], red[32];
-  const int h = blockIdx.x, d = threadIdx.x, pos = *a.pos;
+  // *pos moves only between steps and the norm weights are constant, so the
+  // rotation's angle (powf, and sincosf's slow path past |angle| ~ 1e5) and
+  // the weight are ready before the wait, off the attention's path.
+  const int h = blockIdx.x, d = threadIdx.x, pos = *a.pos, half = a.rotary / 2;
   const bool is_q = h < a.heads;
   const int kvh = h - a.heads;
+  const float nw = is_q ? a.q_norm[d] : a.k_norm[d];
+  float cs = 1.0f, sn = 0.0f;
+  if (d < a.rotary) {
+    const float inv_freq = 1.0f / powf(a.theta, float(2 * (d % half)) / float(a.rotary));
+    sincosf(float(pos) * inv_freq, &sn, &cs);
+  }
+  pdl_wait();
   const float in = is_q ? a.qkv[h * 2 * kD + d] : a.qkv[a.heads * 2 * kD + kvh * kD + d];
   const float ss = block_sum(in * in, red);
-  x[d] = in * (1.0f / sqrtf(ss / float(kD) + a.eps)) * (is_q ? a.q_norm[d] : a.k_norm[d]);
+  x[d] = in * (1.0f / sqrtf(ss / float(kD) + a.eps)) * nw;
   __syncthreads();
   float r = x[d];
-  const int half = a.rotary / 2;
-  if (d < a.rotary) {
-    const int i = d % half;
-    const float inv_freq = 1.0f / powf(a.theta, float(2 * i) / float(a.rotary));
-    const float ang = float(pos) * inv_freq, cs = cosf(ang), sn = sinf(ang);
-    r = d < half ? x[d] * cs - x[d + half] * sn : x[d] * cs + x[d - half] * sn;
-  }
+  if (d < a.rotary) r = d < half ? x[d] * cs - x[d + half] * sn : x[d] * cs + x[d - half] * sn;
   if (is_q) {
     a.q[h * kD + d] = r;
     return;
