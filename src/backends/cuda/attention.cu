@@ -237,13 +237,18 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   for (int idx = threadIdx.x; idx < 8 * 32; idx += kWarps * 32) {
     const int j = idx / 32, l = idx % 32, g = l >> 2, t = l & 3;
     float h[8] = {}, lo[8] = {};
-    if (g < G)
+    if (g < G) {
+      // Two 16-byte loads (the 8 dims are contiguous), not eight.
+      const float4* q4 = reinterpret_cast<const float4*>(a.q + (kvh * G + g) * kD + 32 * j + 8 * t);
+      const float4 qa = q4[0], qb = q4[1];
+      const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float q = a.q[(kvh * G + g) * kD + 32 * j + 8 * t + i] * qscale;
+        const float q = qv[i] * qscale;
         h[i] = __bfloat162float(__float2bfloat16_rn(q));
         lo[i] = q - h[i];
       }
+    }
     qf[idx] =
         make_uint4(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]), bf16x2(h[4], h[5]), bf16x2(h[6], h[7]));
     qf[256 + idx] = make_uint4(bf16x2(lo[0], lo[1]), bf16x2(lo[2], lo[3]), bf16x2(lo[4], lo[5]),
@@ -340,7 +345,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnDecod
   if ((i & 31) == 0) red[i >> 5] = M;
   __syncthreads();
   M = red[0];
-  for (int k = 1; k < int(blockDim.x) / 32; ++k) M = fmaxf(M, red[k]);
+#pragma unroll
+  for (int k = 1; k < kCombineThreads / 32; ++k) M = fmaxf(M, red[k]);
   __syncthreads();
   const float e = l != 0.0f ? expf(m - M) : 0.0f;
   if (i < n) w[i] = e;
