@@ -250,8 +250,8 @@ struct UpJob {
                                 : pick_experts<tile::kThreads / 32>(p, E, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
+      __syncwarp();
     }
-    __syncthreads();
   }
   // After the dot products (norm: the RMSNorm factor): block 0 writes the choice for down
   // with the weights (scaled logits), and the last block zeroes the previous

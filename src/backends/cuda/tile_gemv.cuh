@@ -182,8 +182,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   if constexpr (!Job::kEarly && !Job::kRoutes) issue_range(0, n0);
   if constexpr (Job::kRoutes) {
     job.route(job.fetch(mine));
+    issue_range(0, n0);  // warp 0, which picked; the others wait at the barrier
+    __syncthreads();
     pdl_launch_dependents();
-    issue_range(0, n0);
   }
   if constexpr (!Job::kEarly) TERN_TRACE_MARK(issued);
   float* red = nullptr;
