@@ -238,8 +238,9 @@ struct UpJob {
     __shared__ Choice c[32];
     return c;
   }
-  // Picks the experts before staging: their order does not depend on the
-  // RMSNorm factor.
+  // Picks the experts before staging (their order does not depend on the
+  // RMSNorm factor), in warp 0, which then issues the copies; the kernel's
+  // barrier after them publishes the choice to the block.
   __device__ void route(long long fed) const {
     float* p = logits();
     p[threadIdx.x] = float(fed) * 0x1p-32f;

@@ -15,8 +15,9 @@
 // A Job says which rows a tile holds and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
 //   static constexpr bool kRoutes; // picks its rows itself after the PDL
-//                                  // wait: route(fetch()), then dependents
-//                                  // launch and copies go out; settle(norm)
+//                                  // wait: route(fetch()) in warp 0, whose
+//                                  // copies go out before a block barrier and
+//                                  // the dependents' launch; settle(norm)
 //                                  // after the first batch's barrier
 //   static constexpr int kAlign;   // blocks start at multiples of this many tiles
 //   static constexpr bool kNarrow; // the narrow shared-memory class (common.cuh)
