@@ -14,6 +14,9 @@ for round in $(seq "${ROUNDS:-2}"); do
       --gen "${GEN:-64}" --repeat 2 2>&1 | awk '$1 ~ /^[0-9]+$/'
   done
 done | tee $OUT/ab.txt
+# Each binary's mean tok/s per context over the rounds.
+awk '/^== round/ {b = $4 " " $5} $1 ~ /^[0-9]+$/ {s[b " " $1] += $2; n[b " " $1]++}
+  END {for (k in s) printf "mean %s %.1f\n", k, s[k] / n[k]}' $OUT/ab.txt | sort | tee -a $OUT/ab.txt
 # LEAVE: kernel names for a leave-one-out breakdown of the carried build at 4K.
 for k in ${LEAVE:-}; do
   L=""; [ "$k" != none ] && L="--leave-out $k"
