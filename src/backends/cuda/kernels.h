@@ -95,9 +95,9 @@ struct RouterFeed {
   unsigned long long* acc = nullptr;  // [kFeedCopies][W.rows], zero before the first feed
 };
 
-// The input's RMSNorm: over all of x (norm_group 0), or over every
-// norm_group columns with the multiplier norm[k % norm_group] and then
-// silu(gate[k]) (the GDN gated norm; tensor-core path only).
+// The input's RMSNorm: over all of x (norm_group 0), or over every norm_group
+// (a power of two, 8..128) columns with the multiplier norm[k % norm_group]
+// and then silu(gate[k]) (the GDN gated norm; tensor-core path only).
 struct GemvArgs {
   DMat W;
   const float* x = nullptr;     // [W.cols]

@@ -216,7 +216,7 @@ struct UpJob {
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
   // sum of its copies. Its loads go out before h's copy, which is not needed
   // until after the routing.
-  __device__ long long fetch(tile::Cols) const {
+  __device__ long long fetch() const {
     const int e = int(threadIdx.x);
     unsigned long long f[kFeedCopies] = {};
     if (e < r.W.rows)
@@ -254,9 +254,10 @@ struct UpJob {
       __syncwarp();
     }
   }
-  // After the dot products (norm: the RMSNorm factor): block 0 writes the choice for down
-  // with the weights (scaled logits), and the last block zeroes the previous
-  // layer's feed (no one reads it any more) for the next layer's producer.
+  // After the first batch's barrier (norm: the RMSNorm factor): block 0 writes
+  // the choice for down with the weights (scaled logits), and the last block
+  // zeroes the previous layer's feed (no one reads it any more) for the next
+  // layer's producer.
   __device__ void settle(float norm) const {
     if (blockIdx.x == 0 && threadIdx.x < 32)
       write_choice(r, choice()[threadIdx.x], logits()[r.W.rows - 1], norm);
@@ -268,12 +269,11 @@ struct UpJob {
   __device__ L2Ahead ahead() const {
     return {};
   }
-  struct Pre {};
-  __device__ Pre preload(int, int) const {
+  __device__ tile::NoPreload preload(int, int) const {
     return {};
   }
   // Thread i: feature i % 8 of the batch's tile i / 8.
-  __device__ void finish(int b0, int, int t1, const tile::Sums& s, Pre) const {
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s, tile::NoPreload) const {
     const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
     const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
@@ -308,9 +308,8 @@ struct DownJob {
     return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red, mine);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
-  struct Pre {};
-  __device__ Pre preload(int, int) const { return {}; }
-  __device__ void finish(int b0, int, int t1, const tile::Sums& s, Pre) const {
+  __device__ tile::NoPreload preload(int, int) const { return {}; }
+  __device__ void finish(int b0, int, int t1, const tile::Sums& s, tile::NoPreload) const {
     const int i = int(threadIdx.x);
     if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
   }

@@ -40,6 +40,7 @@
 //                                  // after the block's copies
 //   Pre preload(int t0, int t1) const;  // what the epilogue reads from
 //                                  // earlier kernels, loaded after staging
+//                                  // (NoPreload when nothing)
 //   void finish(int b0, int t0, int t1, const tile::Sums& s, const Pre&) const;
 //                                  // all threads
 #pragma once
@@ -53,22 +54,12 @@ namespace tern::cuda::tile {
 
 // A batch's per-warp partial sums in shared memory: warp w's row i of the
 // batch at p[w * stride + i]; the first `warps` warps hold rounds. A row's
-// total is multiplied by the staged activation's scale.
+// total is multiplied by scale (the RMSNorm factor, Staged::norm).
 struct Sums {
   const float* p;
   int stride, warps;
   float scale;
-  // Unrolled over the most warps in two chains, so the loads go out together
-  // (a loop over `warps` issued one load, add and branch a warp).
-  __device__ float row(int i) const {
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; w += 2) {
-      if (w < warps) s0 += p[w * stride + i];
-      if (w + 1 < warps) s1 += p[(w + 1) * stride + i];
-    }
-    return (s0 + s1) * scale;
-  }
+  __device__ float row(int i) const { return warps_sum(p, stride, warps, i) * scale; }
 };
 
 // Where block b of `blocks` starts in `units` split evenly (block b's share is
@@ -87,6 +78,9 @@ __device__ inline void l2_ahead(const L2Ahead& a) {
     bulk_prefetch_l2(p, uint32_t(t1 - t0) * a.tile_bytes);
   }
 }
+
+// What a job's preload() returns when its epilogue needs nothing loaded early.
+struct NoPreload {};
 
 // One block per SM (fewer when there are fewer tile groups).
 template <typename Job>
@@ -182,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   TERN_TRACE_MARK(waited);
   if constexpr (!Job::kEarly && !Job::kRoutes) issue_range(0, n0);
   if constexpr (Job::kRoutes) {
-    job.route(job.fetch(mine));
+    job.route(job.fetch());
     issue_range(0, n0);  // warp 0, which picked; the others wait at the barrier
     __syncthreads();
     pdl_launch_dependents();

@@ -26,6 +26,19 @@ constexpr int kRound = kTileRound;  // columns per round
 constexpr int kWarps = 16;          // warps per block, splitting K
 constexpr int kThreads = kWarps * 32;
 
+// Sums p[w * stride + i] over the first n <= kWarps warps, unrolled in two
+// chains so the loads go out together (a loop over a runtime n issued one
+// load, add and branch a warp: docs round 9).
+__device__ __forceinline__ float warps_sum(const float* p, int stride, int n, int i = 0) {
+  float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; w += 2) {
+    if (w < n) s0 += p[w * stride + i];
+    if (w + 1 < n) s1 += p[(w + 1) * stride + i];
+  }
+  return s0 + s1;
+}
+
 // One lane's share of one round of a 16-row tile (TileImage::read).
 struct Load {
   uint4 q0, q1;       // 32 codes of rows g and g+8
@@ -84,11 +97,7 @@ struct Staged {
   // The RMSNorm factor that multiplies the finished dot products. Every
   // warp's staging must be past a block barrier.
   __device__ float norm() const {
-    if (wsq == nullptr) return 1.0f;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; w += 2) s0 += wsq[w], s1 += wsq[w + 1];
-    return rsqrtf((s0 + s1) / float(K) + eps);
+    return wsq == nullptr ? 1.0f : rsqrtf(warps_sum(wsq, 1, kWarps) / float(K) + eps);
   }
 };
 
