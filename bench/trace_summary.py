@@ -7,7 +7,7 @@ kind changes (a kernel's blocks all start before its dependent's, and
 neighbouring kernels of the step differ in kind). Every time is measured from
 the previous launch's last block end (negative: before it), as the median
 over the launch's blocks, then averaged over launches: block start, the marks
-(PDL wait returned, loads issued, input staged; the first batch's weights
+(PDL wait returned, route_up's fed logits fetched and its experts picked, loads issued, input staged; the first batch's weights
 landed, its dot products done, its reduction synced, its epilogue done; '-' where a
 kernel has none), the median and the last block end. `last` is what the
 launch adds to the step; `2x`: SMs that ran more than one of its blocks.
@@ -19,7 +19,7 @@ import sys
 
 KINDS = {1: "gemv_early", 2: "route_up", 3: "down", 4: "gdn_step", 5: "attn_split",
          6: "attn_combine"}
-MARKS = ["waited", "issued", "staged", "landed", "dotted", "synced", "first"]
+MARKS = ["waited", "fetched", "picked", "issued", "staged", "landed", "dotted", "synced", "first"]
 
 
 def launches(rows):

@@ -287,7 +287,18 @@ enum class TraceKind : uint32_t {
 };
 // A block's phases, in ns since its start (0: the kernel has no such mark;
 // `landed`: the tile GEMVs' first batch's last tile in, as warp 0 saw it).
-enum class TraceMark : uint32_t { waited, issued, staged, landed, dotted, synced, first, count };
+enum class TraceMark : uint32_t {
+  waited,
+  issued,
+  staged,
+  landed,
+  dotted,
+  synced,
+  first,
+  fetched,
+  picked,
+  count
+};
 struct TraceRecord {
   uint64_t start_ns;  // globaltimer
   uint32_t kind, block, sm, ended;

@@ -176,7 +176,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   TERN_TRACE_MARK(waited);
   if constexpr (!Job::kEarly && !Job::kRoutes) issue_range(0, n0);
   if constexpr (Job::kRoutes) {
-    job.route(job.fetch());
+    const long long fed = job.fetch();
+    TERN_TRACE_MARK(fetched);
+    job.route(fed);
+    TERN_TRACE_MARK(picked);
     issue_range(0, n0);  // warp 0, which picked; the others wait at the barrier
     __syncthreads();
     pdl_launch_dependents();
