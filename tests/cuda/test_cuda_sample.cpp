@@ -5,6 +5,7 @@
 // ~2^-40 of a boundary, so any mismatch here is a bug. Then graph replays
 // (self-resetting state, counts incremented) and sampled generation on a tiny
 // model, CPU against CUDA.
+#include <cmath>
 #include <filesystem>
 
 #include "backends/cpu/cpu_backend.h"
@@ -95,6 +96,28 @@ TEST(CudaSampler, TopKOneIsArgmax) {
     c.p.temperature = 1.0f;
     expect_choice(d, c, "top_k 1", i);
     EXPECT_EQ(to_host(d.ints.get() + 1, 1)[0], argmax(c.logits));
+  }
+}
+
+// A top-k whose bound ties with more tokens than one block gathers falls
+// back to the radix selects: a plateau of about 3,000 equal best logits, then
+// smaller ones, with top-k 40 (gathered from the blocks' best keys, all on
+// the plateau) and the other rules on.
+TEST(CudaSampler, TopKPlateauBeyondTheGatherFallsBack) {
+  TERN_REQUIRE_GPU();
+  constexpr int V = 248320;
+  DeviceSampler d(V);
+  std::mt19937 g(5);
+  for (int i = 0; i < 6; ++i) {
+    SampleCase c = random_case(g, V);
+    for (int t = 0; t < V; ++t)
+      c.logits[size_t(t)] = t % 83 == 0 ? 20.0f : -std::abs(c.logits[size_t(t)]);
+    c.p.temperature = 0.5f + 0.2f * float(i);
+    c.p.top_k = 40;
+    c.p.top_p = i % 2 ? 0.9f : 1.0f;
+    c.p.min_p = i % 3 ? 0.05f : 0.0f;
+    c.step = uint64_t(i);
+    expect_choice(d, c, "plateau", i);
   }
 }
 

@@ -1,14 +1,20 @@
 // The sampler's token choice on the device, the twin of sample_token
 // (engine/sampler.h) through the shared arithmetic of engine/sampling_rules.h.
-// Eight launches of kBlocks x kThreads, each block on one contiguous chunk of
+// Nine launches of kBlocks x kThreads, each block on one contiguous chunk of
 // the vocabulary, each launch finished by its last block (a self-resetting
 // counter, so the captured graph replays):
-//   prep          penalties, z = l / T, order keys of z, arg-max;
+//   prep          penalties, z = l / T, order keys of z, arg-max, and for a
+//                 top_k of at most kBlocks the top_k-th largest of the
+//                 blocks' best keys, a bound below the top-k set;
+//   gather        with that bound, the few keys at or above it, and when
+//                 they fit in one block, the whole choice from them;
 //   count x3      radix select (11/11/10-bit digits) of the k-th largest key;
 //   mass x3       radix select of the top-p threshold on fixed-point masses;
 //   draw          kept mass per chunk, then the chosen chunk scanned in order.
-// Launches whose feature is off (top_k 0, top_p 1, temperature 0) return at
-// once. Integer sums make every result independent of the summation order.
+// Launches whose feature is off or whose choice is made (top_k 0, top_p 1,
+// temperature 0, gathered) return at once: with the chat defaults (top_k 40)
+// two launches choose instead of eight. Integer sums make every result
+// independent of the summation order.
 #include <climits>
 
 #include "backends/cuda/common.cuh"
@@ -22,6 +28,7 @@ using u64 = unsigned long long;
 using namespace sampling;
 
 constexpr int kThreads = 512, kBlocks = 128, kBins = 2048;
+constexpr int kMaxGathered = kThreads;  // a thread a gathered key
 static_assert(kBlocks <= kThreads && kBins % kThreads == 0);
 
 // Digits of the radix select, from the top of the 32-bit key.
@@ -42,6 +49,10 @@ struct State {
   u64 above;                      // and the weight of the keys above them
   uint32_t top_k_key, top_p_key;  // thresholds (0: none)
   u64 top_k_mass;
+  uint32_t bound;     // gather: keys at or above it hold the top-k set (0: off)
+  unsigned gathered;  // how many keys reached the bound
+  uint32_t gathered_key[kMaxGathered];
+  int gathered_idx[kMaxGathered];
   u64 hist[kBins];
   u64 part[kBlocks];
   uint32_t best_key[kBlocks];
@@ -112,6 +123,25 @@ __device__ void choose(const SampleArgs& a, int token) {
   a.counts[token] += 1;
 }
 
+// The k-th largest of the blocks' best keys (k <= the blocks), every thread
+// of the last block: the best keys are distinct tokens', so at most the k-th
+// largest key of all. 0 (no bound) where fewer than k blocks hold tokens.
+__device__ uint32_t kth_best(const State& S, int k) {
+  __shared__ uint32_t key[kBlocks];
+  __shared__ uint32_t kth;
+  const int b = int(threadIdx.x), B = int(gridDim.x);
+  if (b < B) key[b] = __ldcg(&S.best_key[b]);
+  if (b == 0) kth = 0;
+  __syncthreads();
+  if (b < B) {
+    int ahead = 0;  // larger keys, and equal ones of lower blocks
+    for (int j = 0; j < B; ++j) ahead += key[j] > key[b] || (key[j] == key[b] && j < b);
+    if (ahead == k - 1) kth = key[b];
+  }
+  __syncthreads();
+  return kth;
+}
+
 __global__ void __launch_bounds__(kThreads) prep_kernel(SampleArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -136,6 +166,9 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(SampleArgs a) {
     if (better(bk, bi, k2, i2)) bk = k2, bi = i2;
   }
   block_best(bk, bi);
+  const bool use_top_k = r.top_k > 0 && r.top_k < a.n;
+  const bool gather = r.temperature > 0.0f && use_top_k && r.top_k <= int(gridDim.x);
+  const uint32_t bound = gather ? kth_best(S, r.top_k) : 0u;
   if (threadIdx.x != 0) return;
   S.sampling = r.temperature > 0.0f;
   if (!S.sampling) {
@@ -143,9 +176,11 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(SampleArgs a) {
     return;
   }
   S.z_max = key_value(bk);
-  S.use_top_k = r.top_k > 0 && r.top_k < a.n;
+  S.use_top_k = use_top_k;
   S.use_top_p = r.top_p < kMassOne;
   S.top_k_key = S.top_p_key = 0;
+  S.bound = bound;
+  S.gathered = 0;
 }
 
 // The bin, scanning down from the top, at which the running weight (from
@@ -243,6 +278,88 @@ __global__ void __launch_bounds__(kThreads) radix_kernel(SampleArgs a) {
   if (kLevel == 2) (kMass ? S.top_p_key : S.top_k_key) = k;
 }
 
+// The choice from the n <= kMaxGathered gathered keys, which include the
+// whole top-k set (one block, a key a thread): the top-k key by rank, the
+// masses, the top-p key by a scan in key order, then the draw by each kept
+// token's running mass in index order (as sample_token).
+__device__ void choose_gathered(const SampleArgs& a, State& S, int n) {
+  __shared__ uint32_t key[kMaxGathered], by_rank[kMaxGathered];
+  __shared__ int idx[kMaxGathered];
+  __shared__ u64 kept_by_rank[kMaxGathered], kept[kMaxGathered];
+  __shared__ uint32_t top_k_key;
+  __shared__ int first_top_p;
+  __shared__ int token;
+  const SampleRules r = *a.rules;
+  const int t = int(threadIdx.x);
+  const bool mine = t < n;
+  const uint32_t k = mine ? __ldcg(&S.gathered_key[t]) : 0u;
+  const int i = mine ? __ldcg(&S.gathered_idx[t]) : INT_MAX;
+  key[t] = k, idx[t] = i;
+  if (t == 0) first_top_p = INT_MAX;
+  __syncthreads();
+  // Rank by key, then index: a total order, so every rank is one key's.
+  int rank = 0;
+  if (mine)
+    for (int j = 0; j < n; ++j) rank += better(k, i, key[j], idx[j]);
+  if (mine && rank == r.top_k - 1) top_k_key = k;
+  __syncthreads();
+  const bool in_top_k = mine && k >= top_k_key;
+  const u64 q = in_top_k ? mass(key_value(k), S.z_max) : 0;
+  const u64 qk = q >= r.min_mass ? q : 0;  // min-p keeps it
+  u64 top_k_mass;
+  block_scan(q, &top_k_mass);
+  // Top-p: the first key, scanning down, whose running kept mass reaches
+  // top_p of the top-k set's.
+  if (mine) by_rank[rank] = k, kept_by_rank[rank] = qk;
+  __syncthreads();
+  uint32_t top_p_key = 0;
+  if (r.top_p < kMassOne) {
+    const u64 w = t < n ? kept_by_rank[t] : 0;
+    u64 all;
+    const u64 cum = block_scan(w, &all);
+    if (w > 0 && reaches(cum, top_k_mass, r.top_p)) atomicMin(&first_top_p, t);
+    __syncthreads();
+    if (first_top_p != INT_MAX) top_p_key = by_rank[first_top_p];
+  }
+  // The draw over what is kept, in index order.
+  const u64 w = k >= top_p_key ? qk : 0;
+  kept[t] = w;
+  u64 total;
+  block_scan(w, &total);  // its barriers publish kept[]
+  const u64 target = draw_target(total, r.seed, uint64_t(*a.step));
+  if (w > 0) {
+    u64 before = 0;  // kept mass of lower indices
+    for (int j = 0; j < n; ++j) before += idx[j] < i ? kept[j] : 0;
+    if (before <= target && target < before + w) token = i;
+  }
+  __syncthreads();
+  if (t != 0) return;
+  S.sampling = 0;  // the later launches return at once
+  choose(a, token);
+}
+
+// The keys at or above prep's bound (tokens in index order within a block,
+// blocks in any order), then, when they fit, the choice from them.
+__global__ void __launch_bounds__(kThreads) gather_kernel(SampleArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  State& S = state(a);
+  if (!S.sampling || S.bound == 0) return;
+  const uint32_t bound = S.bound;
+  const uint32_t* key = keys(a);
+  const Chunk c = chunk(blockIdx.x, a.n);
+  for (int i = c.lo + threadIdx.x; i < c.hi; i += kThreads) {
+    const uint32_t k = key[i];
+    if (k < bound) continue;
+    const unsigned at = atomicAdd(&S.gathered, 1u);
+    if (at < kMaxGathered) S.gathered_key[at] = k, S.gathered_idx[at] = i;
+  }
+  if (!last_block(&S.counter)) return;
+  const unsigned n = __ldcg(&S.gathered);
+  if (n <= kMaxGathered) choose_gathered(a, S, int(n));
+  // Otherwise (many ties at the bound) the radix selects choose.
+}
+
 __global__ void __launch_bounds__(kThreads) draw_kernel(SampleArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -306,9 +423,15 @@ size_t sample_scratch_bytes(int n) {
 cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st) {
   if (a.n <= 0 || a.n > kMaxVocab) return cudaErrorInvalidValue;
   using Kernel = void (*)(SampleArgs);
-  constexpr Kernel kSteps[] = {
-      prep_kernel,           radix_kernel<false, 0>, radix_kernel<false, 1>, radix_kernel<false, 2>,
-      radix_kernel<true, 0>, radix_kernel<true, 1>,  radix_kernel<true, 2>,  draw_kernel};
+  constexpr Kernel kSteps[] = {prep_kernel,
+                               gather_kernel,
+                               radix_kernel<false, 0>,
+                               radix_kernel<false, 1>,
+                               radix_kernel<false, 2>,
+                               radix_kernel<true, 0>,
+                               radix_kernel<true, 1>,
+                               radix_kernel<true, 2>,
+                               draw_kernel};
   for (Kernel k : kSteps)
     if (cudaError_t e = launch_pdl(k, dim3(kBlocks), dim3(kThreads), 0, st, a); e != cudaSuccess)
       return e;
