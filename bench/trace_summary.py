@@ -7,10 +7,12 @@ kind changes (a kernel's blocks all start before its dependent's, and
 neighbouring kernels of the step differ in kind). Every time is measured from
 the previous launch's last block end (negative: before it), as the median
 over the launch's blocks, then averaged over launches: block start, the marks
-(PDL wait returned, route_up's fed logits fetched and its experts picked, loads issued, input staged; the first batch's weights
-landed, its dot products done, its reduction synced, its epilogue done; '-' where a
-kernel has none), the median and the last block end. `last` is what the
-launch adds to the step; `2x`: SMs that ran more than one of its blocks.
+(PDL wait returned; route_up's fed logits fetched and its experts picked; loads
+issued, input staged; the first batch's weights landed, its dot products done, its
+reduction synced, its epilogue done; '-' where a kernel has none), the median and
+the last block end. `last` is what the launch adds to the step; `2x`: SMs that ran
+more than one of its blocks. The first in-projection of a step follows lm_head (both
+dense GEMVs, so one launch here), which inflates its row.
 """
 import collections
 import csv
