@@ -84,19 +84,33 @@ INSTANTIATE_TEST_SUITE_P(Vocab, SampleVocab,
                          ::testing::Values(std::pair{1000, 400}, std::pair{2053, 300},
                                            std::pair{65536, 100}, std::pair{248320, 60}));
 
-TEST(CudaSampler, TopKOneIsArgmax) {
-  TERN_REQUIRE_GPU();
+// n random cases over the real vocabulary, each edited before the check;
+// `then` checks more of the device's choice.
+template <typename Edit, typename Then>
+void check_edited(uint32_t seed, int n, const char* what, Edit edit, Then then) {
   constexpr int V = 248320;
   DeviceSampler d(V);
-  std::mt19937 g(3);
-  for (int i = 0; i < 10; ++i) {
+  std::mt19937 g(seed);
+  for (int i = 0; i < n; ++i) {
     SampleCase c = random_case(g, V);
-    c.history.clear();
-    c.p.top_k = 1;
-    c.p.temperature = 1.0f;
-    expect_choice(d, c, "top_k 1", i);
-    EXPECT_EQ(to_host(d.ints.get() + 1, 1)[0], argmax(c.logits));
+    edit(c, i);
+    expect_choice(d, c, what, i);
+    then(d, c);
   }
+}
+
+TEST(CudaSampler, TopKOneIsArgmax) {
+  TERN_REQUIRE_GPU();
+  check_edited(
+      3, 10, "top_k 1",
+      [](SampleCase& c, int) {
+        c.history.clear();
+        c.p.top_k = 1;
+        c.p.temperature = 1.0f;
+      },
+      [](const DeviceSampler& d, const SampleCase& c) {
+        EXPECT_EQ(to_host(d.ints.get() + 1, 1)[0], argmax(c.logits));
+      });
 }
 
 // A top-k whose bound ties with more tokens than one block gathers falls
@@ -105,20 +119,18 @@ TEST(CudaSampler, TopKOneIsArgmax) {
 // the plateau) and the other rules on.
 TEST(CudaSampler, TopKPlateauBeyondTheGatherFallsBack) {
   TERN_REQUIRE_GPU();
-  constexpr int V = 248320;
-  DeviceSampler d(V);
-  std::mt19937 g(5);
-  for (int i = 0; i < 6; ++i) {
-    SampleCase c = random_case(g, V);
-    for (int t = 0; t < V; ++t)
-      c.logits[size_t(t)] = t % 83 == 0 ? 20.0f : -std::abs(c.logits[size_t(t)]);
-    c.p.temperature = 0.5f + 0.2f * float(i);
-    c.p.top_k = 40;
-    c.p.top_p = i % 2 ? 0.9f : 1.0f;
-    c.p.min_p = i % 3 ? 0.05f : 0.0f;
-    c.step = uint64_t(i);
-    expect_choice(d, c, "plateau", i);
-  }
+  check_edited(
+      5, 6, "plateau",
+      [](SampleCase& c, int i) {
+        for (size_t t = 0; t < c.logits.size(); ++t)
+          c.logits[t] = t % 83 == 0 ? 20.0f : -std::abs(c.logits[t]);
+        c.p.temperature = 0.5f + 0.2f * float(i);
+        c.p.top_k = 40;
+        c.p.top_p = i % 2 ? 0.9f : 1.0f;
+        c.p.min_p = i % 3 ? 0.05f : 0.0f;
+        c.step = uint64_t(i);
+      },
+      [](const DeviceSampler&, const SampleCase&) {});
 }
 
 // A captured graph replayed 64 times chooses what the CPU Sampler chooses
