@@ -110,8 +110,9 @@ struct BenchOptions {
 void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& recs) {
   std::ofstream f(path);
   if (!f) fail("tern bench: cannot write {}", path);
-  f << "start_ns,kind,block,sm,ended,waited,issued,staged,landed,dotted,synced,first,fetched,"
-       "picked\n";
+  f << "start_ns,kind,block,sm,ended";
+  for (const char* m : cuda::kTraceMarkNames) f << ',' << m;
+  f << '\n';
   for (const cuda::TraceRecord& r : recs) {
     f << r.start_ns << ',' << r.kind << ',' << r.block << ',' << r.sm << ',' << r.ended;
     for (const uint32_t m : r.mark) f << ',' << m;

@@ -299,6 +299,10 @@ enum class TraceMark : uint32_t {
   picked,
   count
 };
+// The marks' names, in TraceMark's order (the columns of `tern bench --trace`).
+constexpr const char* kTraceMarkNames[] = {"waited", "issued", "staged",  "landed", "dotted",
+                                           "synced", "first",  "fetched", "picked"};
+static_assert(sizeof(kTraceMarkNames) / sizeof(kTraceMarkNames[0]) == size_t(TraceMark::count));
 struct TraceRecord {
   uint64_t start_ns;  // globaltimer
   uint32_t kind, block, sm, ended;

@@ -135,7 +135,7 @@ __device__ uint32_t kth_best(const State& S, int k) {
   __syncthreads();
   if (b < B) {
     int ahead = 0;  // larger keys, and equal ones of lower blocks
-    for (int j = 0; j < B; ++j) ahead += key[j] > key[b] || (key[j] == key[b] && j < b);
+    for (int j = 0; j < B; ++j) ahead += better(key[b], b, key[j], j);
     if (ahead == k - 1) kth = key[b];
   }
   __syncthreads();

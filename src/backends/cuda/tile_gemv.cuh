@@ -130,8 +130,8 @@ struct Layout {
 // kOne: the block's tiles all come in one batch, a stage each (every
 // per-layer GEMV), so stage and phase are the tile's index and 0 and nothing
 // is refilled; the ring's bookkeeping is instructions, and the kernels are
-// issue-bound (docs round 8: +2.5% at 4K, though ptxas now spills 32 bytes in
-// route_up's kernel and 4 in the dense one's).
+// issue-bound (docs round 8: +2.5% at 4K, though ptxas spills 16 bytes in
+// route_up's kernel).
 template <int RPW, int TB, bool kOne, typename Job>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, Job> lay) {
   extern __shared__ float4 sm4[];
