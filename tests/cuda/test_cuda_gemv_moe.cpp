@@ -63,8 +63,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            GemvCase{257, 2048, 8}));
 
 // The GDN out_proj's staging: every `group` columns (128 in the model)
-// RMS-normed on their own, times the norm weight and silu(gate), then the
-// GEMV with a residual add. Groups wider than a round (128) are refused.
+// RMS-normed on their own, times the norm weight and the gate (SiLU-ed, as
+// the in-projection stores it), then the GEMV with a residual add. Groups
+// wider than a round (128) are refused.
 class GemvGatedNorm : public ::testing::TestWithParam<int> {};
 
 TEST_P(GemvGatedNorm, MatchesCpu) {
@@ -81,10 +82,11 @@ TEST_P(GemvGatedNorm, MatchesCpu) {
   for (size_t i = 0; i < nw.size(); ++i) normw[i] = 1.0f + nw[i];
   for (int h = 0; h < cols / group; ++h)
     cpu::rms_norm(&x[size_t(h * group)], normw.data(), group, 1e-6f, &xn[size_t(h * group)]);
-  for (int i = 0; i < cols; ++i) xn[size_t(i)] *= cpu::silu(z[size_t(i)]);
+  std::vector<float> gate(static_cast<size_t>(cols));
+  for (int i = 0; i < cols; ++i) xn[size_t(i)] *= gate[size_t(i)] = cpu::silu(z[size_t(i)]);
   cpu::matmul(W.host, xn.data(), 1, ref.data());
   for (int r = 0; r < rows; ++r) ref[size_t(r)] += y0[size_t(r)];
-  auto dx = to_dev(x), dz = to_dev(z), dn = to_dev(normw), dy = to_dev(y0);
+  auto dx = to_dev(x), dz = to_dev(gate), dn = to_dev(normw), dy = to_dev(y0);
   const cuda::GemvArgs args{.W = W.dev,
                             .x = dx.get(),
                             .norm = dn.get(),
@@ -103,6 +105,50 @@ TEST_P(GemvGatedNorm, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, GemvGatedNorm, ::testing::Values(32, 128, 256));
+
+// The GDN in-projection's epilogue: rows < channels conv-ed with the carried
+// state (SiLU into `out`, the state shifted by one), the next gate_rows rows
+// stored SiLU-ed, the rest as they are; on the tile path and the SIMT one.
+class GemvConv : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GemvConv, ConvAndGateRowsMatchCpu) {
+  TERN_REQUIRE_GPU();
+  const bool tiled = GetParam();
+  constexpr int ch = 96, gated = 64, rows = ch + gated + 40, cols = 2048, Kc = 4;
+  std::mt19937 g(tiled ? 5 : 6);
+  TestMat W(rows, cols, 4, g, 0.05f);
+  if (tiled) W.tile();
+  const auto x = randn(size_t(cols), g), cw = randn(size_t(ch) * Kc, g, 0.5f),
+             state = randn(size_t(Kc - 1) * ch, g);
+  std::vector<float> acc(static_cast<size_t>(rows)), y(static_cast<size_t>(rows)),
+      out(static_cast<size_t>(ch)), next(state.size());
+  cpu::matmul(W.host, x.data(), 1, acc.data());
+  for (int r = 0; r < rows; ++r)
+    y[size_t(r)] = r >= ch && r < ch + gated ? cpu::silu(acc[size_t(r)]) : acc[size_t(r)];
+  for (int c = 0; c < ch; ++c) {
+    float s = cw[size_t(c) * Kc + Kc - 1] * acc[size_t(c)];
+    for (int j = 0; j < Kc - 1; ++j) s += cw[size_t(c) * Kc + j] * state[size_t(j) * ch + c];
+    out[size_t(c)] = cpu::silu(s);
+    for (int j = 0; j + 1 < Kc - 1; ++j) next[size_t(j) * ch + c] = state[size_t(j + 1) * ch + c];
+    next[size_t(Kc - 2) * ch + c] = acc[size_t(c)];
+  }
+  auto dx = to_dev(x), dcw = to_dev(cw), dst = to_dev(state);
+  auto dy = to_dev(std::vector<float>(static_cast<size_t>(rows))),
+       dout = to_dev(std::vector<float>(static_cast<size_t>(ch)));
+  ASSERT_EQ(cuda::gemv({.W = W.dev,
+                        .x = dx.get(),
+                        .y = dy.get(),
+                        .out = cuda::GemvOut::conv,
+                        .conv = {dcw.get(), dst.get(), dout.get(), ch, Kc, gated}},
+                       nullptr),
+            cudaSuccess);
+  const float tol = kRel * max_abs(acc);
+  EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), tol) << "stored rows";
+  EXPECT_LE(max_diff(to_host(dout.get(), out.size()), out), 4 * tol) << "conv out";
+  EXPECT_LE(max_diff(to_host(dst.get(), next.size()), next), tol) << "conv state";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GemvConv, ::testing::Bool());
 
 struct MoeCase {
   int hidden, experts, top_k, inter;

@@ -205,12 +205,13 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
                         .eps = c.rms_eps,
                         .y = proj_,
                         .out = GemvOut::conv,
-                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel}};
+                        .conv = {L.conv, s.conv[size_t(i)], convout_, C, c.conv_kernel, Vd}};
       launch("gdn_in", [&] { return gemv(in, st); });
       const GdnStepArgs g{convout_,       proj_ + C + Vd, proj_ + C + Vd + Hv, L.a_log, L.dt_bias,
                           s.S[size_t(i)], gdn_y_,         c.lin_k_heads,       Hv};
       launch("gdn_step", [&] { return gdn_step(g, st); });
-      // The gated RMSNorm (per value head, times silu(z)) in out_proj's staging.
+      // The gated RMSNorm (per value head, times silu(z), which the in-projection
+      // stored) in out_proj's staging.
       const GemvArgs out{.W = L.out,
                          .x = gdn_y_,
                          .norm = L.gnorm,

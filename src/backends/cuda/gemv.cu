@@ -26,14 +26,19 @@ __device__ __forceinline__ void conv_row(const ConvArgs& cv, int r, float acc, c
   cv.state[size_t(Kc - 2) * Ch + r] = acc;
 }
 
+// What the conv epilogue stores for row r: SiLU-ed for the gate rows.
+__device__ __forceinline__ float conv_stored(const ConvArgs& cv, int r, float acc) {
+  return r >= cv.channels && r < cv.channels + cv.gate_rows ? siluf(acc) : acc;
+}
+
 // The epilogue for output row r.
 __device__ __forceinline__ void finish_row(const GemvArgs& a, int r, float acc) {
   if (a.out == GemvOut::add) {
     a.y[r] += acc;
     return;
   }
-  a.y[r] = acc;
   const ConvArgs& cv = a.conv;
+  a.y[r] = a.out == GemvOut::conv ? conv_stored(cv, r, acc) : acc;
   if (a.out == GemvOut::conv && r < cv.channels)
     conv_row(cv, r, acc, cv.weight + size_t(r) * cv.kernel, cv.state + r, cv.channels);
 }
@@ -176,7 +181,7 @@ struct DenseJob {
       const ConvArgs& cv = a.conv;
       if (!mine) return;
       const float acc = s.row(i);
-      a.y[row] = acc;
+      a.y[row] = conv_stored(cv, row, acc);
       const int br = block_rows(int(gridDim.x)), c = row - t0 * 16;
       if (row < cv.channels)
         conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);

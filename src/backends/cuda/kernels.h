@@ -75,12 +75,14 @@ enum class GemvOut { store, add, conv };
 
 // The causal conv fused into the GDN in-projection: rows < channels are
 // conv-ed with the carried state, SiLU-ed and written to `out`; the state
-// ([kernel-1][channels], oldest first) advances by one row.
+// ([kernel-1][channels], oldest first) advances by one row. The next
+// gate_rows rows (z) are stored SiLU-ed: the gated norm's gate, activated once
+// here instead of in every block of the out-projection that stages it.
 struct ConvArgs {
   const float* weight = nullptr;  // [channels][kernel]
   float* state = nullptr;
   float* out = nullptr;
-  int channels = 0, kernel = 0;
+  int channels = 0, kernel = 0, gate_rows = 0;
 };
 
 // The next router's logits, fed by the GEMV that finishes h (GemvOut::add):
@@ -97,7 +99,8 @@ struct RouterFeed {
 
 // The input's RMSNorm: over all of x (norm_group 0), or over every norm_group
 // (a power of two, 8..128) columns with the multiplier norm[k % norm_group]
-// and then silu(gate[k]) (the GDN gated norm; tensor-core path only).
+// and then gate[k], already SiLU-ed (the GDN gated norm, its gate as the
+// in-projection stored it: ConvArgs::gate_rows; tensor-core path only).
 struct GemvArgs {
   DMat W;
   const float* x = nullptr;     // [W.cols]

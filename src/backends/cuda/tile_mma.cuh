@@ -125,7 +125,8 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c)
 // Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
 // (when given) multiplies column k by weight[k / per_weight]. With norm_group
 // (a power of two, 8..128) every norm_group columns are RMS-normed on their
-// own, times norm[k % norm_group] and silu(gate[k]), instead. Each 64-column
+// own, times norm[k % norm_group] and gate[k] (SiLU-ed by its producer),
+// instead. Each 64-column
 // group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
 // scale_0 = max|x| / 127 and each next scale 253 times smaller (fp32-grade).
 // RMSNorm is a scalar per token, so it is not applied here: its factor, from
@@ -166,10 +167,10 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
         const float4 np = n4[c / 4], nq = n4[c / 4 + 1];
         const float4 gp = reinterpret_cast<const float4*>(gate)[2 * v],
                      gq = reinterpret_cast<const float4*>(gate)[2 * v + 1];
-        p = make_float4(p.x * f * np.x * siluf(gp.x), p.y * f * np.y * siluf(gp.y),
-                        p.z * f * np.z * siluf(gp.z), p.w * f * np.w * siluf(gp.w));
-        q = make_float4(q.x * f * nq.x * siluf(gq.x), q.y * f * nq.y * siluf(gq.y),
-                        q.z * f * nq.z * siluf(gq.z), q.w * f * nq.w * siluf(gq.w));
+        p = make_float4(p.x * f * np.x * gp.x, p.y * f * np.y * gp.y, p.z * f * np.z * gp.z,
+                        p.w * f * np.w * gp.w);
+        q = make_float4(q.x * f * nq.x * gq.x, q.y * f * nq.y * gq.y, q.z * f * nq.z * gq.z,
+                        q.w * f * nq.w * gq.w);
       }
     } else if (norm != nullptr && on) {
       my_sq += sq;
