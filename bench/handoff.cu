@@ -10,7 +10,7 @@
 // on the GPU. 40 pairs in one CUDA graph, replayed 20 times; globaltimer
 // stamps per block, the read or staging as warp 0 finishes it.
 //
-//   cmake --build build --target handoff && build/bench/handoff (or nvcc -O3
+//   cmake --build build --target handoff && build/handoff (or nvcc -O3
 //   -std=c++17 -arch=sm_90a -I src bench/handoff.cu -o handoff)
 #include <cuda_runtime.h>
 
@@ -83,20 +83,23 @@ __global__ void stager(const float* x, const float* gate, const float* norm, int
   tile::Staged xs;
   switch (mode) {
     case 1:  // gdn_in, qkv: RMSNorm'd
-      xs = tile::stage(x, 2048, norm, 1e-6f, nullptr, 0, sm, &red, tile::warp_cols<1>(16));
+      xs = tile::stage<tile::Prep::norm>(x, 2048, {.norm = norm, .eps = 1e-6f}, sm, &red,
+                                         tile::warp_cols<1>(16));
       break;
     case 2:  // gdn_out: gated norm
-      xs = tile::stage(x, 4096, norm, 1e-6f, nullptr, 0, sm, &red, tile::warp_cols<2>(32), 128,
-                       gate);
+      xs = tile::stage<tile::Prep::gated>(
+          x, 4096, {.norm = norm, .eps = 1e-6f, .norm_group = 128, .gate = gate}, sm, &red,
+          tile::warp_cols<2>(32));
       break;
     case 3:  // plain, K = 2048
-      xs = tile::stage(x, 2048, nullptr, 1e-6f, nullptr, 0, sm, &red, tile::warp_cols<1>(16));
+      xs = tile::stage<tile::Prep::plain>(x, 2048, {}, sm, &red, tile::warp_cols<1>(16));
       break;
     case 4:  // o_proj: plain, K = 4096
-      xs = tile::stage(x, 4096, nullptr, 1e-6f, nullptr, 0, sm, &red, tile::warp_cols<2>(32));
+      xs = tile::stage<tile::Prep::plain>(x, 4096, {}, sm, &red, tile::warp_cols<2>(32));
       break;
     default:  // down: K = 4096 weighted a 512-column slot (8 slots here), 3 rounds a warp
-      xs = tile::stage(x, 4096, nullptr, 1e-6f, gate, 512, sm, &red, tile::warp_cols<3>(32));
+      xs = tile::stage<tile::Prep::weighted>(x, 4096, {.weight = gate, .per_weight = 512}, sm, &red,
+                                             tile::warp_cols<3>(32));
   }
   const unsigned long long tr = now();
   if (threadIdx.x == 0) {

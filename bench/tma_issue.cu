@@ -5,7 +5,7 @@
 // the start, after the issuing instruction, and when the bytes have landed;
 // medians over blocks and 20 launches.
 //
-//   cmake --build build --target tma_issue && build/bench/tma_issue (or nvcc -O3
+//   cmake --build build --target tma_issue && build/tma_issue (or nvcc -O3
 //   -std=c++17 -arch=sm_90a bench/tma_issue.cu -o tma_issue)
 #include <cuda_runtime.h>
 

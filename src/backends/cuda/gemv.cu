@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 // are copied into shared memory before the wait too: feeding a router (one
 // tile per block), the block's 16 columns of every router row (16 codes and
 // their group's scale|bias word); with the conv, its channels' weights and
-// state (written by the previous step).
+// state (written by the previous step). P: how the input is staged (one
+// variant a kernel, so the staging is straight-line code).
+template <tile::Prep P>
 struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true, kRoutes = false;
@@ -99,7 +101,7 @@ struct DenseJob {
   }
   // A whole-vector RMSNorm's weights (constant) come into shared memory before
   // the wait too, after the epilogue's constants.
-  __host__ __device__ bool whole_norm() const { return a.norm != nullptr && a.norm_group == 0; }
+  __host__ __device__ bool whole_norm() const { return P == tile::Prep::norm; }
   __host__ __device__ size_t epilogue_floats(int blocks) const {
     if (a.feed.acc != nullptr) {
       const size_t rows = size_t(a.feed.W.rows);
@@ -155,9 +157,10 @@ struct DenseJob {
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     extern __shared__ float4 sm4[];
     cp_async_wait<0>();
-    const float* norm =
-        whole_norm() ? reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x)) : a.norm;
-    return tile::stage(a.x, cols(), norm, a.eps, nullptr, 0, sm, red, mine, a.norm_group, a.gate);
+    tile::PrepArgs pa{.norm = a.norm, .eps = a.eps, .norm_group = a.norm_group, .gate = a.gate};
+    if constexpr (P == tile::Prep::norm)
+      pa.norm = reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x));
+    return tile::stage<P>(a.x, cols(), pa, sm, red, mine);
   }
   // Nothing into L2: down brings the next layer's weights in (cuda_backend).
   __device__ L2Ahead ahead() const { return {}; }
@@ -244,6 +247,14 @@ bool tiled(const DMat& W) {
   return W.tiles != nullptr && gemv_tiles(W);
 }
 
+// The tensor-core launch for staging P.
+template <tile::Prep P>
+cudaError_t launch_tiled(const GemvArgs& a, cudaStream_t st) {
+  const DenseJob<P> job{a};
+  return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)
+                                     : tile::launch_batched<1>(job, st);
+}
+
 }  // namespace
 
 // Up to 32 rounds: two a warp.
@@ -253,9 +264,9 @@ bool gemv_tiles(const DMat& m) {
 
 L2Ahead gemv_ahead(const DMat& W) {
   if (!tiled(W)) return {};
-  const DenseJob job{{.W = W}};
-  return {W.tiles, job.image().bytes(), job.tiles(), tile::blocks(job),
-          tile::kFirstCopies<DenseJob>};
+  using Job = DenseJob<tile::Prep::plain>;  // the layout does not depend on the staging
+  const Job job{{.W = W}};
+  return {W.tiles, job.image().bytes(), job.tiles(), tile::blocks(job), tile::kFirstCopies<Job>};
 }
 
 bool gemv_feeds(const DMat& W) {
@@ -263,7 +274,6 @@ bool gemv_feeds(const DMat& W) {
 }
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
-  const DenseJob job{a};
   if (a.feed.acc != nullptr && (a.out != GemvOut::add || !gemv_feeds(a.W) || a.feed.W.bits != 8 ||
                                 a.feed.W.cols != a.W.rows))
     return cudaErrorInvalidValue;
@@ -271,9 +281,11 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
   if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > tile::kRound || (ng & (ng - 1)) != 0 ||
                   a.W.cols % ng != 0 || a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
-  if (tiled(a.W))
-    return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)
-                                       : tile::launch_batched<1>(job, st);
+  if (tiled(a.W)) {
+    if (ng != 0) return launch_tiled<tile::Prep::gated>(a, st);
+    if (a.norm != nullptr) return launch_tiled<tile::Prep::norm>(a, st);
+    return launch_tiled<tile::Prep::plain>(a, st);
+  }
   if (a.W.w == nullptr) return cudaErrorInvalidValue;
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);

@@ -209,9 +209,10 @@ struct UpJob {
       cp_async_wait<0>();
       __syncthreads();
       const float* x = staged_in();
-      return tile::stage(x, cols(), x + cols(), r.eps, nullptr, 0, sm, red, mine);
+      return tile::stage<tile::Prep::norm>(x, cols(), {.norm = x + cols(), .eps = r.eps}, sm, red,
+                                           mine);
     }
-    return tile::stage(a.a, cols(), nullptr, 0.0f, nullptr, 0, sm, red, mine);
+    return tile::stage<tile::Prep::plain>(a.a, cols(), {}, sm, red, mine);
   }
   // Thread e's fed logit (2^-32 fixed point, before the RMSNorm factor): the
   // sum of its copies. Its loads go out before h's copy, which is not needed
@@ -305,7 +306,8 @@ struct DownJob {
                     bar);
   }
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
-    return tile::stage(a.act, cols(), nullptr, 0.0f, a.wts, a.down.cols, sm, red, mine);
+    return tile::stage<tile::Prep::weighted>(
+        a.act, cols(), {.weight = a.wts, .per_weight = a.down.cols}, sm, red, mine);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
   __device__ tile::NoPreload preload(int, int) const { return {}; }

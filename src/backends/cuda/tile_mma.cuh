@@ -97,7 +97,7 @@ struct Staged {
   // The RMSNorm factor that multiplies the finished dot products. Every
   // warp's staging must be past a block barrier.
   __device__ float norm() const {
-    return wsq == nullptr ? 1.0f : rsqrtf(warps_sum(wsq, 1, kWarps) / float(K) + eps);
+    return wsq == nullptr ? 1.0f : rsqrtf(warps_sum(wsq, 1, kWarps) * __frcp_rn(float(K)) + eps);
   }
 };
 
@@ -122,30 +122,47 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c)
   }
 }
 
-// Stages x ([K], a multiple of 128), optionally multiplied by norm[]; `weight`
-// (when given) multiplies column k by weight[k / per_weight]. With norm_group
-// (a power of two, 8..128) every norm_group columns are RMS-normed on their
-// own, times norm[k % norm_group] and gate[k] (SiLU-ed by its producer),
-// instead. Each 64-column
-// group is split into kParts int8 parts, x ~ sum_p scale_p * part_p with
-// scale_0 = max|x| / 127 and each next scale 253 times smaller (fp32-grade).
-// RMSNorm is a scalar per token, so it is not applied here: its factor, from
-// the sum of squares gathered in the same pass, comes back as Staged::norm for
-// the finished dot products. Each warp stages just its own columns (mine:
-// those its dot products read), so nothing waits for another warp (the
-// kernels are issue-bound, docs round 9); a lane takes whole words (8
-// columns), and the 8 lanes of a group share its maximum and sum by shuffles.
-// Returns the staged view and the `red` floats after it.
-__device__ inline Staged stage(const float* x, int K, const float* norm, float eps,
-                               const float* weight, int per_weight, float* sm, float** red,
-                               Cols mine, int norm_group = 0, const float* gate = nullptr) {
+// What stage() does to x before splitting it, fixed at compile time so each
+// kernel's staging is straight-line code (no runtime branches or generic
+// loads: the kernels are issue-bound, docs round 8):
+//   plain:    x as it is;
+//   norm:     times norm[k] (the whole-vector RMSNorm, whose factor comes back
+//             as Staged::norm);
+//   gated:    every norm_group columns (a power of two, 8..128) RMS-normed on
+//             their own, times norm[k % norm_group] and gate[k] (SiLU-ed by its
+//             producer: the GDN gated norm);
+//   weighted: column k times weight[k / per_weight] (the experts' routing
+//             weights).
+enum class Prep { plain, norm, gated, weighted };
+struct PrepArgs {
+  const float* norm = nullptr;
+  float eps = 0.0f;
+  int norm_group = 0;
+  const float* gate = nullptr;
+  const float* weight = nullptr;
+  int per_weight = 0;
+};
+
+// Stages x ([K], a multiple of 128) as Prep P says. Each 64-column group is
+// split into kParts int8 parts, x ~ sum_p scale_p * part_p with scale_0 =
+// max|x| / 127 and each next scale 253 times smaller (fp32-grade). RMSNorm is
+// a scalar per token, so it is not applied here: its factor, from the sum of
+// squares gathered in the same pass, comes back as Staged::norm for the
+// finished dot products. Each warp stages just its own columns (mine: those
+// its dot products read), so nothing waits for another warp (the kernels are
+// issue-bound, docs round 9); a lane takes whole words (8 columns), and the 8
+// lanes of a group share its maximum and sum by shuffles. Returns the staged
+// view and the `red` floats after it.
+template <Prep P>
+__device__ inline Staged stage(const float* x, int K, const PrepArgs& pa, float* sm, float** red,
+                               Cols mine) {
   uint2* part = reinterpret_cast<uint2*>(sm);
   float* xsum = reinterpret_cast<float*>(part + kParts * (K / 8));
   float* scale = xsum + K / 64;
   float* wsq = scale + kParts * (K / 64);  // [kWarps]
   *red = wsq + kWarps;
   const float4* x4 = reinterpret_cast<const float4*>(x);
-  const float4* n4 = reinterpret_cast<const float4*>(norm);
+  const float4* n4 = reinterpret_cast<const float4*>(pa.norm);
   const int lane = int(threadIdx.x & 31);
   float my_sq = 0.0f;  // this thread's words' sum of squares (the whole-vector norm)
   // The warp goes round together (the shuffles need all lanes); its words
@@ -155,33 +172,37 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
     const int v = base + lane;
     const bool on = v < mine.c1 / 8;
     float4 p = on ? x4[2 * v] : make_float4(0, 0, 0, 0), q = on ? x4[2 * v + 1] : p;
-    const float sq = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
-                     (q.z * q.z + q.w * q.w);
-    if (norm_group > 0) {
-      // The group's words are norm_group / 8 neighbouring lanes.
-      float ss = sq;
-      for (int o = 1; o < norm_group / 8; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
-      const float f = rsqrtf(ss / float(norm_group) + eps);
+    if constexpr (P == Prep::gated) {
+      // The group's words are norm_group / 8 neighbouring lanes; a power of
+      // two, so the mean's division is exact as a product.
+      float ss = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
+                 (q.z * q.z + q.w * q.w);
+      for (int o = 1; o < pa.norm_group / 8; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
+      const float f = rsqrtf(ss * (1.0f / float(pa.norm_group)) + pa.eps);
       if (on) {
-        const int c = 8 * v & (norm_group - 1);
+        const int c = 8 * v & (pa.norm_group - 1);
         const float4 np = n4[c / 4], nq = n4[c / 4 + 1];
-        const float4 gp = reinterpret_cast<const float4*>(gate)[2 * v],
-                     gq = reinterpret_cast<const float4*>(gate)[2 * v + 1];
+        const float4 gp = reinterpret_cast<const float4*>(pa.gate)[2 * v],
+                     gq = reinterpret_cast<const float4*>(pa.gate)[2 * v + 1];
         p = make_float4(p.x * f * np.x * gp.x, p.y * f * np.y * gp.y, p.z * f * np.z * gp.z,
                         p.w * f * np.w * gp.w);
         q = make_float4(q.x * f * nq.x * gq.x, q.y * f * nq.y * gq.y, q.z * f * nq.z * gq.z,
                         q.w * f * nq.w * gq.w);
       }
-    } else if (norm != nullptr && on) {
-      my_sq += sq;
-      const float4 np = n4[2 * v], nq = n4[2 * v + 1];
-      p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
-      q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
-    }
-    if (weight != nullptr && on) {
-      const float m = weight[8 * v / per_weight];
-      p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
-      q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
+    } else if constexpr (P == Prep::norm) {
+      if (on) {
+        my_sq += (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
+                 (q.z * q.z + q.w * q.w);
+        const float4 np = n4[2 * v], nq = n4[2 * v + 1];
+        p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
+        q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
+      }
+    } else if constexpr (P == Prep::weighted) {
+      if (on) {
+        const float m = pa.weight[8 * v / pa.per_weight];
+        p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
+        q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
+      }
     }
     float e[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
     float mx = 0.0f, sum = 0.0f;
@@ -222,13 +243,12 @@ __device__ inline Staged stage(const float* x, int K, const float* norm, float e
   }
   // The whole-vector norm: a sum a warp, added up after the block's next
   // barrier (Staged::norm).
-  const bool whole = norm != nullptr && norm_group == 0;
-  if (whole) {
+  if constexpr (P == Prep::norm) {
     const float s = warp_sum(my_sq);
     if (lane == 0) wsq[threadIdx.x >> 5] = s;
   }
   __syncwarp();
-  return {part, xsum, scale, K, whole ? wsq : nullptr, eps};
+  return {part, xsum, scale, K, P == Prep::norm ? wsq : nullptr, pa.eps};
 }
 
 __device__ __forceinline__ void mma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
