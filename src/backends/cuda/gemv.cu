@@ -85,9 +85,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 // are copied into shared memory before the wait too: feeding a router (one
 // tile per block), the block's 16 columns of every router row (16 codes and
 // their group's scale|bias word); with the conv, its channels' weights and
-// state (written by the previous step). P: how the input is staged (one
-// variant a kernel, so the staging is straight-line code).
-template <tile::Prep P>
+// state (written by the previous step). P: how the input is staged, F: what
+// becomes of the sums (one variant of each a kernel, so neither the staging
+// nor the epilogue branches on the arguments: the kernels are issue-bound).
+enum class Fin { store, add, feed, conv };
+template <tile::Prep P, Fin F>
 struct DenseJob {
   GemvArgs a;
   static constexpr bool kEarly = true, kRoutes = false;
@@ -103,11 +105,11 @@ struct DenseJob {
   // the wait too, after the epilogue's constants.
   __host__ __device__ bool whole_norm() const { return P == tile::Prep::norm; }
   __host__ __device__ size_t epilogue_floats(int blocks) const {
-    if (a.feed.acc != nullptr) {
+    if constexpr (F == Fin::feed) {
       const size_t rows = size_t(a.feed.W.rows);
       return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
     }
-    if (a.out == GemvOut::conv) return size_t(block_rows(blocks)) * (2 * a.conv.kernel - 1);
+    if constexpr (F == Fin::conv) return size_t(block_rows(blocks)) * (2 * a.conv.kernel - 1);
     return 0;
   }
   __host__ __device__ size_t norm_at(int blocks) const {
@@ -117,7 +119,7 @@ struct DenseJob {
     return whole_norm() ? norm_at(blocks) + size_t(cols()) : epilogue_floats(blocks);
   }
   __device__ void before_wait(float* extra, int t0, int t1, tile::Cols mine) const {
-    if (a.feed.acc != nullptr) {
+    if constexpr (F == Fin::feed) {
       const DMat& R = a.feed.W;
       uint4* q = reinterpret_cast<uint4*>(extra);
       uint32_t* sb = reinterpret_cast<uint32_t*>(q + R.rows);
@@ -126,7 +128,7 @@ struct DenseJob {
         cp_async16(q + e, reinterpret_cast<const uint8_t*>(R.w) + size_t(e) * R.cols + c0);
         cp_async4(sb + e, R.sb + size_t(e) * (R.cols / kGroup) + c0 / kGroup);
       }
-    } else if (a.out == GemvOut::conv) {
+    } else if constexpr (F == Fin::conv) {
       // [kernel-1][block rows] state, then [block rows][kernel] weights, in
       // 16-byte pieces (channels and the tile starts are multiples of 4).
       const ConvArgs& cv = a.conv;
@@ -142,7 +144,8 @@ struct DenseJob {
         }
       }
     }
-    if (whole_norm()) tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, mine);
+    if constexpr (P == tile::Prep::norm)
+      tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, mine);
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -172,7 +175,7 @@ struct DenseJob {
   };
   __device__ Pre preload(int t0, int t1) const {
     const int r = t0 * 16 + int(threadIdx.x & 15);
-    if (a.feed.acc == nullptr || t0 >= t1 || r >= a.W.rows) return {};
+    if (F != Fin::feed || t0 >= t1 || r >= a.W.rows) return {};
     return {a.y[r], a.feed.norm[r]};
   }
   __device__ void finish(int b0, int t0, int t1, const tile::Sums& s, const Pre& pre) const {
@@ -180,7 +183,7 @@ struct DenseJob {
     const float* extra = reinterpret_cast<const float*>(sm4);
     const int i = int(threadIdx.x), row = b0 * 16 + i;
     const bool mine = i < s.stride && b0 + i / 16 < t1 && row < a.W.rows;
-    if (a.out == GemvOut::conv) {
+    if constexpr (F == Fin::conv) {
       const ConvArgs& cv = a.conv;
       if (!mine) return;
       const float acc = s.row(i);
@@ -190,8 +193,12 @@ struct DenseJob {
         conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);
       return;
     }
-    if (a.feed.acc == nullptr) {
-      if (mine) finish_row(a, row, s.row(i));
+    if constexpr (F == Fin::store || F == Fin::add) {
+      if (!mine) return;
+      if constexpr (F == Fin::add)
+        a.y[row] += s.row(i);
+      else
+        a.y[row] = s.row(i);
       return;
     }
     // Feeding: y += sums (GemvOut::add), then the router's share of this
@@ -247,12 +254,20 @@ bool tiled(const DMat& W) {
   return W.tiles != nullptr && gemv_tiles(W);
 }
 
-// The tensor-core launch for staging P.
-template <tile::Prep P>
+// The tensor-core launch for staging P and epilogue F.
+template <tile::Prep P, Fin F>
 cudaError_t launch_tiled(const GemvArgs& a, cudaStream_t st) {
-  const DenseJob<P> job{a};
+  const DenseJob<P, F> job{a};
   return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)
                                      : tile::launch_batched<1>(job, st);
+}
+
+template <tile::Prep P>
+cudaError_t launch_tiled(const GemvArgs& a, cudaStream_t st) {
+  if (a.feed.acc != nullptr) return launch_tiled<P, Fin::feed>(a, st);
+  if (a.out == GemvOut::conv) return launch_tiled<P, Fin::conv>(a, st);
+  if (a.out == GemvOut::add) return launch_tiled<P, Fin::add>(a, st);
+  return launch_tiled<P, Fin::store>(a, st);
 }
 
 }  // namespace
@@ -264,7 +279,7 @@ bool gemv_tiles(const DMat& m) {
 
 L2Ahead gemv_ahead(const DMat& W) {
   if (!tiled(W)) return {};
-  using Job = DenseJob<tile::Prep::plain>;  // the layout does not depend on the staging
+  using Job = DenseJob<tile::Prep::plain, Fin::store>;  // the tiles' split is the same for all
   const Job job{{.W = W}};
   return {W.tiles, job.image().bytes(), job.tiles(), tile::blocks(job), tile::kFirstCopies<Job>};
 }
