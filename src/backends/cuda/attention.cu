@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     }
     // The combine works in natural-log units.
     float* part = part_of(h);
-    part[kD] = M / kLog2e, part[kD + 1] = L;
+    part[kD] = M * (1.0f / kLog2e), part[kD + 1] = L;
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * kD; idx += kWarps * 32) {
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnDecod
   __syncthreads();
   if (grp == 0) {
     for (int g = 1; g < kCombineGroups; ++g) O += sum[g][c];
-    a.out[h * kD + d] = O / L * sigmoidf(gate);
+    a.out[h * kD + d] = __fdividef(O, L) * sigmoidf(gate);  // L >= 1: the top split's
   }
   TERN_TRACE_END();
 }

@@ -29,11 +29,13 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
 #pragma unroll
   for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
   const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
+  // The key head and the inputs' offsets need no earlier kernel either (two
+  // integer divisions: the kernels are issue-bound).
+  const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
   pdl_wait();
   TERN_TRACE_MARK(waited);
 
   __shared__ float q[kD], k[kD], red[3][kThreads / 32], pk[kGroups][kCols], pq[kGroups][kCols];
-  const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
   // Every input of the step goes out at once (one round trip to L2).
   const float v = a.conv[2 * key_dim + n * kD + j], beta_in = a.beta_in[n], a_in = a.a_in[n];
   if (t < kD)
@@ -51,7 +53,8 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   qq = kk = qk = 0.0f;
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) qq += red[0][w], kk += red[1][w], qk += red[2][w];
-  const float inv_q = rsqrtf(float(kD)) / sqrtf(qq + 1e-6f), inv_k = 1.0f / sqrtf(kk + 1e-6f);
+  // rsqrtf (a few ulp) rather than IEEE square roots and divisions.
+  const float inv_q = rsqrtf(float(kD)) * rsqrtf(qq + 1e-6f), inv_k = rsqrtf(kk + 1e-6f);
   const float kq = qk * inv_q * inv_k;
   const float beta = sigmoidf(beta_in);
   const float x = a_in + dt_bias;

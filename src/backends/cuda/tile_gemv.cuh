@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   // barrier. The first stages' pieces go out from the lanes of warp 0.
   const int P = job.pieces();
   auto issue = [&](int t, int p) {
-    const int slot = (t - t0) % S;
+    const int slot = kOne ? t - t0 : (t - t0) % S;  // kOne: a stage a tile
     if (p == 0) mbar_arrive_expect(bars + slot, img.bytes());
     job.copy(t, p, stage_at(slot), bars + slot);
   };
