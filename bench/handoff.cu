@@ -71,8 +71,8 @@ __global__ void consumer(const float* x, int replicas, float* out, Stamp* st) {
 // mode 1: the RMSNorm'd input at K = 2048 (a round a warp); 2: the gated norm
 // at K = 4096 (two rounds a warp, groups of 128). Stamped when warp 0's
 // staging is done.
-__global__ void stager(const float* x, const float* gate, const float* norm, int mode, float* out,
-                       Stamp* st) {
+__global__ void stager(const float* x, const float* gate, const float* norm, int mode,
+                       tern::cuda::FastDiv per, float* out, Stamp* st) {
   namespace tile = tern::cuda::tile;
   extern __shared__ float sm[];
   asm volatile("griddepcontrol.launch_dependents;");
@@ -98,7 +98,7 @@ __global__ void stager(const float* x, const float* gate, const float* norm, int
       xs = tile::stage<tile::Prep::plain>(x, 4096, {}, sm, &red, tile::warp_cols<2>(32));
       break;
     default:  // down: K = 4096 weighted a 512-column slot (8 slots here), 3 rounds a warp
-      xs = tile::stage<tile::Prep::weighted>(x, 4096, {.weight = gate, .per_weight = 512}, sm, &red,
+      xs = tile::stage<tile::Prep::weighted>(x, 4096, {.weight = gate, .per_weight = per}, sm, &red,
                                              tile::warp_cols<3>(32));
   }
   const unsigned long long tr = now();
@@ -164,8 +164,8 @@ int main() {
                cs + p * kConsumers);
       else
         launch(stager, kConsumers, kThreads, stage_smem, s, static_cast<const float*>(x),
-               static_cast<const float*>(gate), static_cast<const float*>(norm), -R, out,
-               cs + p * kConsumers);
+               static_cast<const float*>(gate), static_cast<const float*>(norm), -R,
+               tern::cuda::FastDiv(512 / 8), out, cs + p * kConsumers);
     }
     cudaStreamEndCapture(s, &g);
     cudaGraphInstantiate(&ge, g, 0);

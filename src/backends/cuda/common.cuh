@@ -173,6 +173,20 @@ constexpr size_t kWideSmem = 150 * 1024, kNarrowSmem = 60 * 1024;
 // up to 4 KB of static shared memory).
 constexpr size_t kMaxNarrowSmem = 228 * 1024 - kWideSmem - 6 * 1024;
 
+// n / d and n % d by a multiply, for 0 <= n, d < 2^16 and d fixed at launch
+// (made on the host): m = ceil(2^32 / d), so n m / 2^32 is n / d plus less
+// than n / 2^32 <= 1 / d, which never reaches the next integer. An integer
+// division is ~20 dependent instructions, and the decode kernels are
+// issue-bound.
+struct FastDiv {
+  uint32_t d = 1;
+  uint64_t m = 1ull << 32;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor), m(((1ull << 32) + divisor - 1) / divisor) {}
+  __device__ __forceinline__ int div(int n) const { return int((uint64_t(uint32_t(n)) * m) >> 32); }
+  __device__ __forceinline__ int mod(int n) const { return n - div(n) * int(d); }
+};
+
 // The current device's SM count (queried once).
 inline int sm_count() {
   static const int sms = [] {

@@ -92,6 +92,7 @@ enum class Fin { store, add, feed, conv };
 template <tile::Prep P, Fin F>
 struct DenseJob {
   GemvArgs a;
+  int br = 0;  // block_rows of the launch (launch_tiled sets it)
   static constexpr bool kEarly = true, kRoutes = false;
   static constexpr int kAlign = 1;
   static constexpr bool kNarrow = false;
@@ -104,19 +105,18 @@ struct DenseJob {
   // A whole-vector RMSNorm's weights (constant) come into shared memory before
   // the wait too, after the epilogue's constants.
   __host__ __device__ bool whole_norm() const { return P == tile::Prep::norm; }
-  __host__ __device__ size_t epilogue_floats(int blocks) const {
+  // The epilogue's constants (br: no division on the device).
+  __host__ __device__ size_t epilogue_floats() const {
     if constexpr (F == Fin::feed) {
       const size_t rows = size_t(a.feed.W.rows);
       return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
     }
-    if constexpr (F == Fin::conv) return size_t(block_rows(blocks)) * (2 * a.conv.kernel - 1);
+    if constexpr (F == Fin::conv) return size_t(br) * (2 * a.conv.kernel - 1);
     return 0;
   }
-  __host__ __device__ size_t norm_at(int blocks) const {
-    return (epilogue_floats(blocks) + 3) / 4 * 4;
-  }
-  __host__ __device__ size_t extra_floats(int blocks) const {
-    return whole_norm() ? norm_at(blocks) + size_t(cols()) : epilogue_floats(blocks);
+  __host__ __device__ size_t norm_at() const { return (epilogue_floats() + 3) / 4 * 4; }
+  __host__ __device__ size_t extra_floats(int) const {
+    return whole_norm() ? norm_at() + size_t(cols()) : epilogue_floats();
   }
   __device__ void before_wait(float* extra, int t0, int t1, tile::Cols mine) const {
     if constexpr (F == Fin::feed) {
@@ -132,7 +132,7 @@ struct DenseJob {
       // [kernel-1][block rows] state, then [block rows][kernel] weights, in
       // 16-byte pieces (channels and the tile starts are multiples of 4).
       const ConvArgs& cv = a.conv;
-      const int r0 = t0 * 16, n = min(t1 * 16, cv.channels) - r0, br = block_rows(int(gridDim.x));
+      const int r0 = t0 * 16, n = min(t1 * 16, cv.channels) - r0;
       const int Kc = cv.kernel, state_pieces = (Kc - 1) * (n / 4);
       for (int p = int(threadIdx.x); n > 0 && p < state_pieces + n * Kc / 4; p += int(blockDim.x)) {
         if (p < state_pieces) {
@@ -144,8 +144,7 @@ struct DenseJob {
         }
       }
     }
-    if constexpr (P == tile::Prep::norm)
-      tile::stage_copy(extra + norm_at(int(gridDim.x)), a.norm, mine);
+    if constexpr (P == tile::Prep::norm) tile::stage_copy(extra + norm_at(), a.norm, mine);
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -161,8 +160,7 @@ struct DenseJob {
     extern __shared__ float4 sm4[];
     cp_async_wait<0>();
     tile::PrepArgs pa{.norm = a.norm, .eps = a.eps, .norm_group = a.norm_group, .gate = a.gate};
-    if constexpr (P == tile::Prep::norm)
-      pa.norm = reinterpret_cast<const float*>(sm4) + norm_at(int(gridDim.x));
+    if constexpr (P == tile::Prep::norm) pa.norm = reinterpret_cast<const float*>(sm4) + norm_at();
     return tile::stage<P>(a.x, cols(), pa, sm, red, mine);
   }
   // Nothing into L2: down brings the next layer's weights in (cuda_backend).
@@ -188,7 +186,7 @@ struct DenseJob {
       if (!mine) return;
       const float acc = s.row(i);
       a.y[row] = conv_stored(cv, row, acc);
-      const int br = block_rows(int(gridDim.x)), c = row - t0 * 16;
+      const int c = row - t0 * 16;
       if (row < cv.channels)
         conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);
       return;
@@ -257,7 +255,8 @@ bool tiled(const DMat& W) {
 // The tensor-core launch for staging P and epilogue F.
 template <tile::Prep P, Fin F>
 cudaError_t launch_tiled(const GemvArgs& a, cudaStream_t st) {
-  const DenseJob<P, F> job{a};
+  DenseJob<P, F> job{a};
+  job.br = job.block_rows(tile::blocks(job));
   return job.rounds() > tile::kWarps ? tile::launch<2, 1>(job, st)
                                      : tile::launch_batched<1>(job, st);
 }

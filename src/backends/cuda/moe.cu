@@ -170,6 +170,7 @@ struct UpJob {
   static constexpr bool kEarly = false, kRoutes = kRoutes_;
   static constexpr int kAlign = 1;
   static constexpr bool kNarrow = false;
+  FastDiv slot_tiles = {};  // per_slot() (up_job sets it)
   __host__ __device__ int per_slot() const { return a.inter / 8; }
   __host__ __device__ int tiles() const { return (a.top_k + 1) * per_slot(); }
   __host__ __device__ int rounds() const { return a.gate_up.cols / tile::kRound; }
@@ -201,8 +202,9 @@ struct UpJob {
   // Tile p of an expert (gate rows 8p..8p+7, up rows 8p..8p+7: to_tiles' pairs).
   __host__ __device__ int pieces() const { return 1; }
   __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
-    const int slot = t / per_slot();
-    tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + t % per_slot(), st, bar);
+    const int slot = slot_tiles.div(t);
+    tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + (t - slot * per_slot()), st,
+                    bar);
   }
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     if constexpr (kRoutes) {
@@ -277,7 +279,7 @@ struct UpJob {
   __device__ void finish(int b0, int, int t1, const tile::Sums& s, tile::NoPreload) const {
     const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
-    const int slot = t / per_slot(), f = (t % per_slot()) * 8 + i % 8;
+    const int slot = slot_tiles.div(t), f = (t - slot * per_slot()) * 8 + i % 8;
     a.act[slot * a.inter + f] = siluf(s.row(gate)) * s.row(gate + 8);
   }
 };
@@ -287,12 +289,14 @@ struct UpJob {
 // sums add into h.
 struct DownJob {
   ExpertsDownArgs a;
+  int per_expert = 0;       // 16-row tiles an expert (down_job sets it and the next)
+  FastDiv per_weight = {};  // staged words (8 columns) a slot
   static constexpr bool kEarly = false, kRoutes = false;
   static constexpr int kAlign = 1;
   static constexpr bool kNarrow = true;  // between route_up and the next wide GEMV
   __host__ __device__ int hidden() const { return a.down.rows / (a.n_experts + 1); }
   __host__ __device__ int slot_rounds() const { return a.down.cols / tile::kRound; }
-  __host__ __device__ int tiles() const { return hidden() / 16; }
+  __host__ __device__ int tiles() const { return per_expert; }
   __host__ __device__ int rounds() const { return (a.top_k + 1) * slot_rounds(); }
   __host__ __device__ int cols() const { return (a.top_k + 1) * a.down.cols; }
   __host__ __device__ size_t extra_floats(int) const { return 0; }
@@ -302,12 +306,11 @@ struct DownJob {
   __host__ __device__ int pieces() const { return a.top_k + 1; }
   __device__ void copy(int t, int s, uint8_t* st, uint64_t* bar) const {
     const uint32_t slot_bytes = tile::TileImage{a.down.cols}.bytes();
-    tile::copy_tile(a.down, size_t(slot_expert(a, s)) * (hidden() / 16) + t, st + s * slot_bytes,
-                    bar);
+    tile::copy_tile(a.down, size_t(slot_expert(a, s)) * per_expert + t, st + s * slot_bytes, bar);
   }
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     return tile::stage<tile::Prep::weighted>(
-        a.act, cols(), {.weight = a.wts, .per_weight = a.down.cols}, sm, red, mine);
+        a.act, cols(), {.weight = a.wts, .per_weight = per_weight}, sm, red, mine);
   }
   __device__ L2Ahead ahead() const { return a.ahead; }
   __device__ tile::NoPreload preload(int, int) const { return {}; }
@@ -316,6 +319,20 @@ struct DownJob {
     if (i < 16 && b0 < t1) a.h[b0 * 16 + i] += s.row(i);
   }
 };
+
+DownJob down_job(const ExpertsDownArgs& a) {
+  DownJob j{a};
+  j.per_expert = j.hidden() / 16;
+  j.per_weight = FastDiv(uint32_t(a.down.cols / 8));
+  return j;
+}
+
+template <bool kRoutes>
+UpJob<kRoutes> up_job(const ExpertsUpArgs& u, const RouterArgs& r) {
+  UpJob<kRoutes> j{u, r};
+  j.slot_tiles = FastDiv(uint32_t(u.inter / 8));
+  return j;
+}
 
 int rows_per_block(int chunks) {
   int l = 1;
@@ -368,10 +385,10 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
     if (!fed_routable(r, u) || r.spent == nullptr || r.spent == r.fed) return cudaErrorInvalidValue;
-    return tile::launch_batched<1>(UpJob<true>{u, r}, st);
+    return tile::launch_batched<1>(up_job<true>(u, r), st);
   }
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
-  if (up_tiled(u)) return tile::launch<1, 3>(UpJob<false>{u, {}}, st);
+  if (up_tiled(u)) return tile::launch<1, 3>(up_job<false>(u, {}), st);
   if (u.gate_up.w == nullptr) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
@@ -382,7 +399,7 @@ cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);
   if (a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k))
-    return tile::launch<3, 1>(DownJob{a}, st);
+    return tile::launch<3, 1>(down_job(a), st);
   if (a.down.w == nullptr) return cudaErrorInvalidValue;
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),

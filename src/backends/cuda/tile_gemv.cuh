@@ -113,7 +113,8 @@ template <int TB, typename Job>
 struct Layout {
   size_t extra, ring, bars, stage, total;
   int stages;
-  explicit Layout(const Job& job) {
+  FastDiv pieces;  // the job's bulk copies a tile
+  explicit Layout(const Job& job) : pieces(uint32_t(job.pieces())) {
     extra = align128(sizeof(float) * job.extra_floats(blocks(job)));
     const size_t fixed = extra + 8 * kMaxStages + stage_bytes(job.cols(), 2 * kWarps * TB * 16);
     const size_t cap = Job::kNarrow ? kMaxNarrowSmem : kWideSmem;
@@ -153,6 +154,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   // Piece p of tile t's copies into its stage; piece 0 arms the stage's
   // barrier. The first stages' pieces go out from the lanes of warp 0.
   const int P = job.pieces();
+  // Copy i of a run: its tile and piece (one piece a tile for most jobs).
+  auto tile_of = [&](int i) { return P == 1 ? i : lay.pieces.div(i); };
+  auto piece_of = [&](int i) { return P == 1 ? 0 : lay.pieces.mod(i); };
   auto issue = [&](int t, int p) {
     const int slot = kOne ? t - t0 : (t - t0) % S;  // kOne: a stage a tile
     if (p == 0) mbar_arrive_expect(bars + slot, img.bytes());
@@ -161,7 +165,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   const int all = min(t1 - t0, S), n0 = min(all, kFirstCopies<Job>);
   auto issue_range = [&](int a, int b) {
     const int n = (b - a) * P;
-    for (int i = int(threadIdx.x); threadIdx.x < 32 && i < n; i += 32) issue(t0 + a + i / P, i % P);
+    for (int i = int(threadIdx.x); threadIdx.x < 32 && i < n; i += 32)
+      issue(t0 + a + tile_of(i), piece_of(i));
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) mbar_init(bars + i);
@@ -239,7 +244,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
       if (slot0 >= S) slot0 -= S, phase0 ^= 1u;
       // The freed stages' refills from the last warp (the epilogues use the first).
       if (warp == kWarps - 1)
-        for (int i = lane; i < TB * P && b0 + i / P + S < t1; i += 32) issue(b0 + i / P + S, i % P);
+        for (int i = lane; i < TB * P && b0 + tile_of(i) + S < t1; i += 32)
+          issue(b0 + tile_of(i) + S, piece_of(i));
     }
     if (b0 == t0) {
       // Every warp's staging is past the barrier: the RMSNorm factor.

@@ -132,7 +132,7 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c)
 //             their own, times norm[k % norm_group] and gate[k] (SiLU-ed by its
 //             producer: the GDN gated norm);
 //   weighted: column k times weight[k / per_weight] (the experts' routing
-//             weights).
+//             weights; per_weight a multiple of 8, given in words of 8).
 enum class Prep { plain, norm, gated, weighted };
 struct PrepArgs {
   const float* norm = nullptr;
@@ -140,7 +140,7 @@ struct PrepArgs {
   int norm_group = 0;
   const float* gate = nullptr;
   const float* weight = nullptr;
-  int per_weight = 0;
+  FastDiv per_weight;  // words (8 columns) a weight
 };
 
 // Stages x ([K], a multiple of 128) as Prep P says. Each 64-column group is
@@ -199,7 +199,7 @@ __device__ inline Staged stage(const float* x, int K, const PrepArgs& pa, float*
       }
     } else if constexpr (P == Prep::weighted) {
       if (on) {
-        const float m = pa.weight[8 * v / pa.per_weight];
+        const float m = pa.weight[pa.per_weight.div(v)];
         p = make_float4(p.x * m, p.y * m, p.z * m, p.w * m);
         q = make_float4(q.x * m, q.y * m, q.z * m, q.w * m);
       }
