@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
   pdl_wait();
   const float in = is_q ? a.qkv[h * 2 * kD + d] : a.qkv[a.heads * 2 * kD + kvh * kD + d];
   const float ss = block_sum(in * in, red);
-  x[d] = in * (1.0f / sqrtf(ss / float(kD) + a.eps)) * nw;
+  x[d] = in * rsqrtf(ss * (1.0f / float(kD)) + a.eps) * nw;  // kD a power of two
   __syncthreads();
   float r = x[d];
   if (d < a.rotary) r = d < half ? x[d] * cs - x[d + half] * sn : x[d] * cs + x[d - half] * sn;

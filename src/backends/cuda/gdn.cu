@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   float s[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) s[i] = S[size_t(i) * kD];
-  const float a_log = a.a_log[n], dt_bias = a.dt_bias[n];
+  const float rate = -expf(a.a_log[n]), dt_bias = a.dt_bias[n];  // the decay's -exp(A_log)
   // The key head and the inputs' offsets need no earlier kernel either (two
   // integer divisions: the kernels are issue-bound).
   const int m = n / (a.v_heads / a.k_heads), key_dim = a.k_heads * kD;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
   const float kq = qk * inv_q * inv_k;
   const float beta = sigmoidf(beta_in);
   const float x = a_in + dt_bias;
-  const float alpha = expf(-expf(a_log) * (x > 20.0f ? x : log1pf(expf(x))));
+  const float alpha = expf(rate * (x > 20.0f ? x : log1pf(expf(x))));
 
   float sk = 0.0f, sq = 0.0f;
 #pragma unroll

@@ -28,7 +28,7 @@ struct Choice {
   int id;
   float logit;
 };
-template <int N>
+template <int N, int K = 0>  // K > 0: top_k fixed at compile time (the rounds unrolled)
 __device__ Choice pick_experts(const float* l, int E, int top_k) {
   const int lane = threadIdx.x & 31;
   // Sign-flipped bits order like the floats and are never 0, which marks the
@@ -41,7 +41,8 @@ __device__ Choice pick_experts(const float* l, int E, int top_k) {
     key[i] = e >= E ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
   }
   Choice c{0, 0.0f};
-  for (int t = 0; t < top_k; ++t) {
+#pragma unroll
+  for (int t = 0; t < (K > 0 ? K : top_k); ++t) {
     unsigned best = 0, bi = ~0u;
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -63,7 +64,7 @@ __device__ float expert_weight(const Choice& c, int top_k, float scale) {
   const bool mine = int(threadIdx.x & 31) < top_k;
   const float m = warp_max(mine ? c.logit : -INFINITY);
   const float e = mine ? expf(scale * (c.logit - m)) : 0.0f;
-  return e / warp_sum(e);
+  return __fdividef(e, warp_sum(e));  // the sum is at least 1 (the top expert's term)
 }
 
 // Writes the choice out for the down kernel: ids, weights and the shared
@@ -250,8 +251,10 @@ struct UpJob {
     __syncthreads();
     if (threadIdx.x < 32) {
       const int E = r.W.rows - 1;  // keys in registers for just the experts there are
-      const Choice c = E <= 256 ? pick_experts<8>(p, E, a.top_k)
-                                : pick_experts<tile::kThreads / 32>(p, E, a.top_k);
+      // The model's top-8 with its rounds unrolled; other shapes as they come.
+      const Choice c = E > 256               ? pick_experts<tile::kThreads / 32>(p, E, a.top_k)
+                       : a.top_k == kMaxTopK ? pick_experts<8, kMaxTopK>(p, E, a.top_k)
+                                             : pick_experts<8>(p, E, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
       __syncwarp();
