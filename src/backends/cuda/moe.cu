@@ -28,7 +28,7 @@ struct Choice {
   int id;
   float logit;
 };
-template <int N, int K = 0>  // K > 0: top_k fixed at compile time (the rounds unrolled)
+template <int N>
 __device__ Choice pick_experts(const float* l, int E, int top_k) {
   const int lane = threadIdx.x & 31;
   // Sign-flipped bits order like the floats and are never 0, which marks the
@@ -41,8 +41,7 @@ __device__ Choice pick_experts(const float* l, int E, int top_k) {
     key[i] = e >= E ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
   }
   Choice c{0, 0.0f};
-#pragma unroll
-  for (int t = 0; t < (K > 0 ? K : top_k); ++t) {
+  for (int t = 0; t < top_k; ++t) {
     unsigned best = 0, bi = ~0u;
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -251,10 +250,8 @@ struct UpJob {
     __syncthreads();
     if (threadIdx.x < 32) {
       const int E = r.W.rows - 1;  // keys in registers for just the experts there are
-      // The model's top-8 with its rounds unrolled; other shapes as they come.
-      const Choice c = E > 256               ? pick_experts<tile::kThreads / 32>(p, E, a.top_k)
-                       : a.top_k == kMaxTopK ? pick_experts<8, kMaxTopK>(p, E, a.top_k)
-                                             : pick_experts<8>(p, E, a.top_k);
+      const Choice c = E <= 256 ? pick_experts<8>(p, E, a.top_k)
+                                : pick_experts<tile::kThreads / 32>(p, E, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
       __syncwarp();
