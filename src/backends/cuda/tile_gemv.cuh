@@ -163,9 +163,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
     job.copy(t, p, stage_at(slot), bars + slot);
   };
   const int all = min(t1 - t0, S), n0 = min(all, kFirstCopies<Job>);
+  // The lanes of one warp issue the copies: warp 0, but for a job whose rows
+  // come after the wait without routing (down) the last warp, which stages the
+  // fewest columns (down's: none), so the staging's L2 reads go out at the
+  // wait instead of behind the rows' lookup and ahead of the copies' data.
+  constexpr int kIssuer = !Job::kEarly && !Job::kRoutes ? kWarps - 1 : 0;
   auto issue_range = [&](int a, int b) {
     const int n = (b - a) * P;
-    for (int i = int(threadIdx.x); threadIdx.x < 32 && i < n; i += 32)
+    const int lane0 = int(threadIdx.x) - 32 * kIssuer;
+    for (int i = lane0; lane0 >= 0 && lane0 < 32 && i < n; i += 32)
       issue(t0 + a + tile_of(i), piece_of(i));
   };
   if (threadIdx.x == 0) {
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
     TERN_TRACE_MARK(fetched);
     job.route(fed);
     TERN_TRACE_MARK(picked);
-    issue_range(0, n0);  // warp 0, which picked; the others wait at the barrier
+    issue_range(0, n0);  // warp 0 (the issuer), which picked; the others wait at the barrier
     __syncthreads();
     pdl_launch_dependents();
   }
