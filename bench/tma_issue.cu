@@ -6,13 +6,15 @@
 // medians over blocks and 20 launches.
 //
 //   cmake --build build --target tma_issue && build/tma_issue (or nvcc -O3
-//   -std=c++17 -arch=sm_90a bench/tma_issue.cu -o tma_issue)
+//   -std=c++17 -arch=sm_90a -I src bench/tma_issue.cu -o tma_issue)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "backends/cuda/common.cuh"
 
 namespace {
 
@@ -27,38 +29,22 @@ __device__ __forceinline__ unsigned long long now() {
 
 __global__ void issue(const uint8_t* src, size_t stride, int n, uint32_t bytes,
                       unsigned long long* out) {
+  using namespace tern::cuda;
   extern __shared__ __align__(128) uint8_t sm[];
   __shared__ __align__(8) uint64_t bar;
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(b));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (threadIdx.x == 0) mbar_init(&bar), mbar_init_fence();
   __syncthreads();
   const uint8_t* base = src + blockIdx.x * stride;
   unsigned long long t0 = 0, t1 = 0, t2 = 0;
   if (threadIdx.x < 32) {
     t0 = now();
-    if (threadIdx.x == 0)
-      asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(n * bytes)
-                   : "memory");
+    if (threadIdx.x == 0) mbar_arrive_expect(&bar, n * bytes);
     __syncwarp();
-    if (int(threadIdx.x) < n) {
-      const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(sm + threadIdx.x * bytes));
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-          "[%3];" ::"r"(d),
-          "l"(base + threadIdx.x * size_t(bytes)), "r"(bytes), "r"(b)
-          : "memory");
-    }
+    // The kernels' own bulk copy (evict-first), a lane a copy.
+    if (int(threadIdx.x) < n)
+      bulk_copy(sm + threadIdx.x * bytes, base + threadIdx.x * size_t(bytes), bytes, &bar);
     t1 = now();
-    uint32_t done = 0;
-    while (!done)
-      asm volatile(
-          "{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-          : "=r"(done)
-          : "r"(b)
-          : "memory");
+    mbar_wait(&bar, 0);
     t2 = now();
   }
   if (threadIdx.x == 0) {
