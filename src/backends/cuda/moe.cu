@@ -353,8 +353,10 @@ cudaError_t router(const RouterArgs& a, cudaStream_t st) {
 TERN_TRACE_BINDER(moe)
 
 namespace {
+// (Fewer than 2^16 tiles: FastDiv splits them by expert.)
 bool up_tiled(const ExpertsUpArgs& u) {
-  return u.gate_up.tiles != nullptr && up_tiles(u.gate_up, u.inter);
+  return u.gate_up.tiles != nullptr && up_tiles(u.gate_up, u.inter) &&
+         (u.top_k + 1) * (u.inter / 8) < (1 << 16);
 }
 
 // Whether UpJob<true> can route r from fed logits for gate/up u.

@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   const TileImage img = job.image();
   auto stage_at = [&](int slot) { return ring + size_t(slot) * img.bytes(); };
   // Piece p of tile t's copies into its stage; piece 0 arms the stage's
-  // barrier. The first stages' pieces go out from the lanes of warp 0.
+  // barrier. The first stages' pieces go out from the lanes of one warp
+  // (kIssuer below).
   const int P = job.pieces();
   // Copy i of a run: its tile and piece (one piece a tile for most jobs).
   auto tile_of = [&](int i) { return P == 1 ? i : lay.pieces.div(i); };
