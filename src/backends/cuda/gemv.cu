@@ -104,7 +104,7 @@ struct DenseJob {
   }
   // A whole-vector RMSNorm's weights (constant) come into shared memory before
   // the wait too, after the epilogue's constants.
-  __host__ __device__ bool whole_norm() const { return P == tile::Prep::norm; }
+  static constexpr bool kWholeNorm = P == tile::Prep::norm;
   // The epilogue's constants (br: no division on the device).
   __host__ __device__ size_t epilogue_floats() const {
     if constexpr (F == Fin::feed) {
@@ -116,7 +116,7 @@ struct DenseJob {
   }
   __host__ __device__ size_t norm_at() const { return (epilogue_floats() + 3) / 4 * 4; }
   __host__ __device__ size_t extra_floats(int) const {
-    return whole_norm() ? norm_at() + size_t(cols()) : epilogue_floats();
+    return kWholeNorm ? norm_at() + size_t(cols()) : epilogue_floats();
   }
   __device__ void before_wait(float* extra, int t0, int t1, tile::Cols mine) const {
     if constexpr (F == Fin::feed) {
@@ -144,7 +144,7 @@ struct DenseJob {
         }
       }
     }
-    if constexpr (P == tile::Prep::norm) tile::stage_copy(extra + norm_at(), a.norm, mine);
+    if constexpr (kWholeNorm) tile::stage_copy(extra + norm_at(), a.norm, mine);
     cp_async_commit();
   }
   __host__ __device__ tile::TileImage image() const { return {a.W.cols}; }
@@ -160,7 +160,7 @@ struct DenseJob {
     extern __shared__ float4 sm4[];
     cp_async_wait<0>();
     tile::PrepArgs pa{.norm = a.norm, .eps = a.eps, .norm_group = a.norm_group, .gate = a.gate};
-    if constexpr (P == tile::Prep::norm) pa.norm = reinterpret_cast<const float*>(sm4) + norm_at();
+    if constexpr (kWholeNorm) pa.norm = reinterpret_cast<const float*>(sm4) + norm_at();
     return tile::stage<P>(a.x, cols(), pa, sm, red, mine);
   }
   // Nothing into L2: down brings the next layer's weights in (cuda_backend).

@@ -42,7 +42,7 @@ constexpr int kTileRound = 128;        // columns a round of a tile
 constexpr int kTileRoundBytes = 1152;  // 16 rows x 128 codes + 32 words
 // Whether m's shape has a tile layout.
 inline bool tileable(const DMat& m) {
-  return m.bits == 4 && m.cols % kTileRound == 0;
+  return m.bits == 4 && m.cols > 0 && m.cols % kTileRound == 0;
 }
 // Bytes of m in the tile layout.
 inline size_t tiled_bytes(const DMat& m) {

@@ -202,9 +202,8 @@ struct UpJob {
   // Tile p of an expert (gate rows 8p..8p+7, up rows 8p..8p+7: to_tiles' pairs).
   __host__ __device__ int pieces() const { return 1; }
   __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
-    const int slot = slot_tiles.div(t);
-    tile::copy_tile(a.gate_up, size_t(expert(slot)) * per_slot() + (t - slot * per_slot()), st,
-                    bar);
+    tile::copy_tile(a.gate_up, size_t(expert(slot_tiles.div(t))) * per_slot() + slot_tiles.mod(t),
+                    st, bar);
   }
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     if constexpr (kRoutes) {
@@ -279,7 +278,7 @@ struct UpJob {
   __device__ void finish(int b0, int, int t1, const tile::Sums& s, tile::NoPreload) const {
     const int i = int(threadIdx.x), t = b0 + i / 8, gate = i / 8 * 16 + i % 8;
     if (i >= s.stride / 2 || t >= t1) return;
-    const int slot = slot_tiles.div(t), f = (t - slot * per_slot()) * 8 + i % 8;
+    const int slot = slot_tiles.div(t), f = slot_tiles.mod(t) * 8 + i % 8;
     a.act[slot * a.inter + f] = siluf(s.row(gate)) * s.row(gate + 8);
   }
 };
@@ -369,8 +368,8 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
 
 // A round a warp; tiles of 8 gate and 8 up rows.
 bool up_tiles(const DMat& gate_up, int inter) {
-  return tileable(gate_up) && gate_up.cols / tile::kRound <= tile::kWarps && inter % 8 == 0 &&
-         gate_up.rows % (2 * inter) == 0;
+  return tileable(gate_up) && gate_up.cols / tile::kRound <= tile::kWarps && inter > 0 &&
+         inter % 8 == 0 && gate_up.rows % (2 * inter) == 0;
 }
 
 // Up to 3 rounds a warp over the slots; whole 16-row tiles an expert.

@@ -107,6 +107,12 @@ constexpr size_t stage_bytes(int K, int red) {
          sizeof(float) * ((kParts + 1) * size_t(K / 64) + size_t(kWarps) + size_t(red));
 }
 
+// The sum of squares of a word's 8 columns.
+__device__ __forceinline__ float sum_sq(const float4& p, const float4& q) {
+  return (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
+         (q.z * q.z + q.w * q.w);
+}
+
 // The low bytes of four words, a's in the low byte.
 __device__ __forceinline__ uint32_t low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
@@ -165,6 +171,8 @@ __device__ inline Staged stage(const float* x, int K, const PrepArgs& pa, float*
   const float4* n4 = reinterpret_cast<const float4*>(pa.norm);
   const int lane = int(threadIdx.x & 31);
   float my_sq = 0.0f;  // this thread's words' sum of squares (the whole-vector norm)
+  // The gated norm's 1 / norm_group, once (a power of two: exact).
+  const float inv_group = P == Prep::gated ? __frcp_rn(float(pa.norm_group)) : 0.0f;
   // The warp goes round together (the shuffles need all lanes); its words
   // start at a multiple of 16 and are a multiple of 16, so a group's lanes
   // (up to 16) are all in or all out.
@@ -173,12 +181,10 @@ __device__ inline Staged stage(const float* x, int K, const PrepArgs& pa, float*
     const bool on = v < mine.c1 / 8;
     float4 p = on ? x4[2 * v] : make_float4(0, 0, 0, 0), q = on ? x4[2 * v + 1] : p;
     if constexpr (P == Prep::gated) {
-      // The group's words are norm_group / 8 neighbouring lanes; a power of
-      // two, so the mean's division is exact as a product.
-      float ss = (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
-                 (q.z * q.z + q.w * q.w);
+      // The group's words are norm_group / 8 neighbouring lanes.
+      float ss = sum_sq(p, q);
       for (int o = 1; o < pa.norm_group / 8; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
-      const float f = rsqrtf(ss * (1.0f / float(pa.norm_group)) + pa.eps);
+      const float f = rsqrtf(ss * inv_group + pa.eps);
       if (on) {
         const int c = 8 * v & (pa.norm_group - 1);
         const float4 np = n4[c / 4], nq = n4[c / 4 + 1];
@@ -191,8 +197,7 @@ __device__ inline Staged stage(const float* x, int K, const PrepArgs& pa, float*
       }
     } else if constexpr (P == Prep::norm) {
       if (on) {
-        my_sq += (p.x * p.x + p.y * p.y) + (p.z * p.z + p.w * p.w) + (q.x * q.x + q.y * q.y) +
-                 (q.z * q.z + q.w * q.w);
+        my_sq += sum_sq(p, q);
         const float4 np = n4[2 * v], nq = n4[2 * v + 1];
         p = make_float4(p.x * np.x, p.y * np.y, p.z * np.z, p.w * np.w);
         q = make_float4(q.x * nq.x, q.y * nq.y, q.z * nq.z, q.w * nq.w);
