@@ -14,7 +14,7 @@ $BIN/tern bench --dummy 35b-a3b --backend cuda \
   --rev "$REV" 2>&1 | tee $OUT/bench.log
 # One-step breakdown by leave-one-out at 4K: the step time without each kernel
 # (tern bench --leave-out), against the full step.
-for k in none embed gdn_in gdn_step gdn_out qkv attn_prep attention o_proj route_up down lm_head; do
+for k in none embed gdn_in gdn_step gdn_out qkv attention o_proj route_up down lm_head; do
   L=""; [ "$k" != none ] && L="--leave-out $k"
   echo "$k $($BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 $L 2>&1 |
     awk '$1 == 4096 {print $2, $3}')"

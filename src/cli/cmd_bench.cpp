@@ -252,7 +252,7 @@ Runner add_bench(CLI::App& app) {
                   "built with -DTERN_TRACE=ON; bench/trace_summary.py reads it)");
   cmd->add_option("--leave-out", o->leave_out,
                   "Step kernels to leave out, comma-separated (embed, gdn_in, gdn_step, gdn_out, "
-                  "qkv, attn_prep, attention, o_proj, route_up, down, lm_head): the step time "
+                  "qkv, attention, o_proj, route_up, down, lm_head): the step time "
                   "without them, for a per-kernel breakdown")
       ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");

@@ -2,6 +2,7 @@
 // twins (cpu::delta_rule_recurrent + q/k norms + gates; cpu::apply_rope, RMSNorm
 // and softmax attention over a bf16 cache), on fresh random inputs. (The
 // gated RMSNorm after the step is the out_proj GEMV's, tested with the GEMVs.)
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/attention.h"
@@ -57,17 +58,47 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
 
 INSTANTIATE_TEST_SUITE_P(Heads, GdnStep, ::testing::Values(std::pair{2, 4}, std::pair{16, 32}));
 
+// The KV cache's chunk layout (kernels.h) of row-major bf16 [rows][256], rows
+// a multiple of 16.
+std::vector<uint16_t> to_chunks(const std::vector<uint16_t>& rows, bool v) {
+  constexpr int hd = 256, piece = 8;
+  std::vector<uint16_t> out(rows.size());
+  for (size_t r = 0; r < rows.size() / hd; ++r) {
+    const int o = int(r % cuda::kKvChunk);
+    for (int q = 0; q < hd / piece; ++q) {
+      const size_t at =
+          (r - size_t(o)) * hd + size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * piece;
+      std::copy_n(&rows[r * hd + size_t(q) * piece], piece, &out[at]);
+    }
+  }
+  return out;
+}
+
+TEST(KvChunks, EveryPieceOfAChunkHasOnePlace) {
+  for (const bool v : {false, true}) {
+    std::vector<int> seen(cuda::kKvChunk * 32, 0);
+    for (int o = 0; o < cuda::kKvChunk; ++o)
+      for (int q = 0; q < 32; ++q) {
+        const int p = v ? cuda::v_piece(o, q) : cuda::k_piece(o, q);
+        ASSERT_GE(p, 0);
+        ASSERT_LT(p, int(seen.size()));
+        ++seen[size_t(p)];
+      }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), int(seen.size())) << (v ? "V" : "K");
+  }
+}
+
 struct AttnCase {
   int heads, kv, pos;
 };
 class AttnDecode : public ::testing::TestWithParam<AttnCase> {};
 
-TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
+TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
   TERN_REQUIRE_GPU();
   const auto [H, KV, pos] = GetParam();
   constexpr int hd = 256, rot = 64;
   const float theta = 1e7f;
-  const int cap = pos + 5, n = pos + 1;
+  const int cap = (pos + 5 + cuda::kKvChunk - 1) / cuda::kKvChunk * cuda::kKvChunk, n = pos + 1;
   std::mt19937 g(uint32_t(H + KV * 3 + pos));
   const auto qkv = randn(size_t(2 * H * hd + 2 * KV * hd), g);
   std::vector<float> qn(hd), kn(hd);
@@ -77,17 +108,26 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
   for (size_t i = 0; i < kc.size(); ++i)
     kc[i] = f32_to_bf16(randn(1, g)[0]), vc[i] = f32_to_bf16(randn(1, g)[0]);
   auto dqkv = to_dev(qkv), dqn = to_dev(qn), dkn = to_dev(kn);
-  auto dk = to_dev(kc), dv = to_dev(vc);
-  auto dq = to_dev(std::vector<float>(size_t(H * hd))),
-       dout = to_dev(std::vector<float>(size_t(H * hd)));
+  auto dk = to_dev(to_chunks(kc, false)), dv = to_dev(to_chunks(vc, true));
+  auto dout = to_dev(std::vector<float>(size_t(H * hd)));
   const int splits = cuda::attn_splits(n, KV);
   auto dpart = to_dev(std::vector<float>(size_t(H) * splits * (hd + 2)));
   auto dpos = to_dev(std::vector<int>{pos});
-  cuda::AttnPrepArgs p{dqkv.get(), dqn.get(), dkn.get(), 1e-6f, dq.get(), dk.get(), dv.get(),
-                       dpos.get(), H,         KV,        rot,   cap,      theta};
-  ASSERT_EQ(cuda::attn_prep(p, nullptr), cudaSuccess);
-  cuda::AttnDecodeArgs d{dq.get(),   dk.get(), dv.get(), dpos.get(), dqkv.get(), dpart.get(),
-                         dout.get(), H,        KV,       cap,        splits};
+  const cuda::AttnDecodeArgs d{.qkv = dqkv.get(),
+                               .q_norm = dqn.get(),
+                               .k_norm = dkn.get(),
+                               .eps = 1e-6f,
+                               .k_cache = dk.get(),
+                               .v_cache = dv.get(),
+                               .pos = dpos.get(),
+                               .part = dpart.get(),
+                               .out = dout.get(),
+                               .heads = H,
+                               .kv_heads = KV,
+                               .rotary = rot,
+                               .capacity = cap,
+                               .splits = splits,
+                               .theta = theta};
   ASSERT_EQ(cuda::attn_decode(d, nullptr), cudaSuccess);
 
   // CPU twin: new k, v rounded to bf16 as the cache stores them.
@@ -125,7 +165,8 @@ TEST_P(AttnDecode, PrepAndSplitAttentionMatchCpu) {
     }
   }
   EXPECT_LE(max_diff(to_host(dout.get(), ref.size()), ref), 1e-4f * max_abs(ref));
-  EXPECT_EQ(to_host(dk.get(), kc.size()), kc);
+  EXPECT_EQ(to_host(dk.get(), kc.size()), to_chunks(kc, false));
+  EXPECT_EQ(to_host(dv.get(), vc.size()), to_chunks(vc, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,

@@ -1,7 +1,7 @@
-// Gated attention decode: prep (q/k RMSNorm, partial rotate-half RoPE, KV
-// append in bf16), split-K GQA attention (each CTA takes one KV head and one
-// range of positions; each KV row is read once for all G query heads of the
-// group) and the combine, which also applies sigmoid(gate).
+// Gated attention decode: split-K GQA attention (each CTA takes one KV head
+// and one range of positions; each KV row is read once for all G query heads
+// of the group) with the prep fused in (q/k RMSNorm, partial rotate-half RoPE,
+// KV append in bf16), and the combine, which also applies sigmoid(gate).
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
@@ -14,38 +14,6 @@ namespace {
 
 constexpr int kD = kHeadDim;
 
-__global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
-  pdl_launch_dependents();
-  __shared__ float x[kD], red[32];
-  // *pos moves only between steps and the norm weights are constant, so the
-  // rotation's angle (powf, and sincosf's slow path past |angle| ~ 1e5) and
-  // the weight are ready before the wait, off the attention's path.
-  const int h = blockIdx.x, d = threadIdx.x, pos = *a.pos, half = a.rotary / 2;
-  const bool is_q = h < a.heads;
-  const int kvh = h - a.heads;
-  const float nw = is_q ? a.q_norm[d] : a.k_norm[d];
-  float cs = 1.0f, sn = 0.0f;
-  if (d < a.rotary) {
-    const float inv_freq = 1.0f / powf(a.theta, float(2 * (d % half)) / float(a.rotary));
-    sincosf(float(pos) * inv_freq, &sn, &cs);
-  }
-  pdl_wait();
-  const float in = is_q ? a.qkv[h * 2 * kD + d] : a.qkv[a.heads * 2 * kD + kvh * kD + d];
-  const float ss = block_sum(in * in, red);
-  x[d] = in * rsqrtf(ss * (1.0f / float(kD)) + a.eps) * nw;  // kD a power of two
-  __syncthreads();
-  float r = x[d];
-  if (d < a.rotary) r = d < half ? x[d] * cs - x[d + half] * sn : x[d] * cs + x[d - half] * sn;
-  if (is_q) {
-    a.q[h * kD + d] = r;
-    return;
-  }
-  const size_t row = (size_t(kvh) * a.capacity + pos) * kD + d;
-  a.k_cache[row] = __bfloat16_as_ushort(__float2bfloat16_rn(r));
-  const float v = a.qkv[a.heads * 2 * kD + a.kv_heads * kD + kvh * kD + d];
-  a.v_cache[row] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
 // The split kernel on tensor cores (mma m16n8k16, bf16 in, fp32 accumulate).
 // Each warp takes chunks of 16 positions of one KV head:
 //   S^T = Q K^T: A = the G query heads (rows 0-7: bf16 high parts of q, rows
@@ -53,16 +21,20 @@ __global__ void __launch_bounds__(kD) attn_prep_kernel(AttnPrepArgs a) {
 //   8 keys; a lane's accumulator is head g's scores of positions 2t, 2t+1.
 //   O^T += V^T P^T: A = 16 dims of 16 values, B = the probabilities (high and
 //   low parts in two mmas), which are the S accumulators as they stand.
-// Contractions are order-free, so every lane fetches whole 16-byte pieces of
-// the rows it needs and the fragments follow from them (K: 8 dims per piece for
-// two mmas; V: 8 dims of one position, paired across positions with PRMT).
-// Each lane copies its own pieces into shared memory with cp.async and reads
-// back only those, so a warp's ring of chunks needs no barrier. Chunks of past
-// positions are requested before the PDL wait (the cache rows below *pos were
-// written by earlier steps); only the chunk holding the new row waits.
+// Contractions are order-free, so every lane reads whole 16-byte pieces of the
+// rows it needs and the fragments follow from them (K: 8 dims per piece for two
+// mmas; V: 8 dims of one position, paired across positions with PRMT). The
+// cache keeps each chunk's pieces in the lanes' order (kernels.h), so a chunk
+// comes into a warp's ring by two bulk copies (the TMA engine: 32 per-lane
+// copies a chunk kept the load-store unit busy) and each lane reads its own
+// pieces without bank conflicts. The first chunks are requested before the PDL
+// wait (the cache rows below *pos were written by earlier steps); the warp
+// attending the new row makes it from qkv and writes it over the stale copy in
+// its ring.
 constexpr int kWarps = 4;
-constexpr int kChunk = 16;    // positions per warp step
-constexpr int kStages = 2;    // chunks in flight per warp
+constexpr int kQRounds = (8 + kWarps - 1) / kWarps;  // the q fragments' k32 blocks a warp
+constexpr int kChunk = kKvChunk;                     // positions per warp step
+constexpr int kStages = 2;                           // chunks in flight per warp
 constexpr int kPieces = 32;   // 16-byte pieces per lane per chunk: 16 of K, then 16 of V
 constexpr int kRow = kD / 8;  // 16-byte pieces per cache row
 constexpr size_t kQBytes = 2 * 8 * 32 * 16;  // q fragments: [hi, lo][8 k32 blocks][lane]
@@ -89,38 +61,16 @@ __device__ __forceinline__ uint32_t word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 
-// Position offsets within a chunk of the V rows lane quad t fetches (the
-// P^T fragment's k slots 2t, 2t+1, 2t+8, 2t+9).
-__device__ __forceinline__ int v_offset(int pp, int t) {
-  return 2 * t + (pp & 1) + (pp >> 1) * 8;
-}
-
-// Requests chunk `c` (positions 16c..16c+15) into `slot`; rows from n on are
-// zero-filled. Piece layout: K (n-tile nt, k32 block j) at
-// nt * 8 + j; V (position pp, 128-dim half hh, 64-dim half h2) at
-// 16 + pp * 4 + hh * 2 + h2.
+// Requests chunk c (positions 16c..16c+15; the cache's chunk layout is the
+// slot's, kernels.h) into `slot`, K's 8 KB then V's, completing on `bar`. One
+// lane. Rows past the context are whatever the cache holds there (finite: the
+// cache starts zeroed); their scores are masked.
 __device__ __forceinline__ void fetch_chunk(uint4* slot, const uint4* K, const uint4* V, int c,
-                                            int n) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, p0 = c * kChunk;
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-    const int row = p0 + nt * 8 + g;
-    const bool ok = row < n;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      cp_async16(slot + (nt * 8 + j) * 32 + lane, K + size_t(ok ? row : 0) * kRow + j * 4 + t, ok);
-  }
-#pragma unroll
-  for (int pp = 0; pp < 4; ++pp) {
-    const int row = p0 + v_offset(pp, t);
-    const bool ok = row < n;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2)
-        cp_async16(slot + (16 + pp * 4 + hh * 2 + h2) * 32 + lane,
-                   V + size_t(ok ? row : 0) * kRow + hh * 16 + h2 * 8 + g, ok);
-  }
+                                            uint64_t* bar) {
+  constexpr uint32_t kBytes = kChunk * kRow * 16;
+  mbar_arrive_expect(bar, 2 * kBytes);
+  bulk_copy(slot, K + size_t(c) * kChunk * kRow, kBytes, bar);
+  bulk_copy(slot + kChunk * kRow, V + size_t(c) * kChunk * kRow, kBytes, bar);
 }
 
 // One warp's running softmax state: head g's max (log2 units) and this lane's
@@ -206,6 +156,67 @@ __device__ __forceinline__ void attend_chunk(Running& st, const uint4* slot, con
   }
 }
 
+// Eight consecutive dims of a head from d0 (a multiple of 8; the rotary width
+// is a multiple of 16, so all eight lie on one side of its half): the RMSNorm
+// weight and, below the rotary width, the partner dims' weight. The rotation's
+// cos and sin by frequency come from shared memory (rotation()).
+struct Rope8 {
+  int pair = -1, freq = 0;  // the partner dims' start (or -1 past the rotary width); d0's frequency
+  float sign = 0.0f;        // rotate-half: -1 below the half, +1 above
+  float w[8] = {}, wp[8] = {};
+
+  __device__ void init(const float* norm, int d0, int rotary) {
+    const int half = rotary / 2;
+    if (d0 < rotary) {
+      pair = d0 < half ? d0 + half : d0 - half;
+      freq = min(d0, pair), sign = d0 < half ? -1.0f : 1.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = norm[d0 + i], wp[i] = pair < 0 ? 0.0f : norm[pair + i];
+  }
+  // Raw values of the dims and of their partners (row + d0 and row + pair).
+  __device__ void load(const float* row, int d0, float (&x)[8], float (&xp)[8]) const {
+    load8(row + d0, x);
+    if (pair >= 0) load8(row + pair, xp);
+  }
+  // x normalised by the factor f and rotated, in the CPU's order: (x f) w.
+  __device__ void apply(float (&x)[8], const float (&xp)[8], float f, const float* cs,
+                        const float* sn) const {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float v = x[i] * f * w[i];
+      x[i] = pair < 0 ? v : v * cs[freq + i] + xp[i] * f * wp[i] * (sign * sn[freq + i]);
+    }
+  }
+  static __device__ void load8(const float* p, float (&x)[8]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0],
+                 b = reinterpret_cast<const float4*>(p)[1];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  }
+};
+
+// The rotation's cos and sin of each frequency, a thread each (rotary / 2 <=
+// 128 threads). *pos moves only between steps, so this (powf, and sincosf's
+// slow path past |angle| ~ 1e5) runs before the wait, off the attention's path;
+// the first barrier after it publishes them.
+__device__ __forceinline__ void rotation(float* cs, float* sn, int rotary, float theta, int pos) {
+  const int i = int(threadIdx.x);
+  if (i >= rotary / 2) return;
+  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(rotary));
+  sincosf(float(pos) * inv_freq, &sn[i], &cs[i]);
+}
+
+__device__ __forceinline__ float sum_sq8(const float (&x)[8]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s += x[i] * x[i];
+  return s;
+}
+
+__device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
+  return make_uint4(bf16x2(x[0], x[1]), bf16x2(x[2], x[3]), bf16x2(x[4], x[5]), bf16x2(x[6], x[7]));
+}
+
 template <int G>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
   TERN_TRACE_BEGIN(TraceKind::attn_split);
@@ -213,6 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   extern __shared__ uint4 smem[];
   uint4* qf = smem;
   const int kvh = blockIdx.x, split = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
   uint4* ring = smem + kQBytes / 16 + size_t(warp) * kStages * kPieces * 32;
   // *pos moves only between steps, so it and the rows below it can be read
   // before the wait.
@@ -224,55 +236,103 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   const uint4* K = reinterpret_cast<const uint4*>(a.k_cache + size_t(kvh) * a.capacity * kD);
   const uint4* V = reinterpret_cast<const uint4*>(a.v_cache + size_t(kvh) * a.capacity * kD);
   auto slot = [&](int k) { return ring + (k % kStages) * kPieces * 32; };
-  int early = 0;
-  for (; early < kStages && early < mine && (chunk(early) + 1) * kChunk <= pos; ++early) {
-    fetch_chunk(slot(early), K, V, chunk(early), n);
-    cp_async_commit();
+  __shared__ uint64_t bars[kWarps][kStages];
+  auto bar = [&](int k) { return &bars[warp][k % kStages]; };
+  // The first chunks go out before the wait, the new row's too: its stale row
+  // is replaced in shared memory below.
+  if (lane == 0) {
+    for (int k = 0; k < kStages; ++k) mbar_init(bar(k));
+    mbar_init_fence();
+    for (int k = 0; k < min(kStages, mine); ++k) fetch_chunk(slot(k), K, V, chunk(k), bar(k));
   }
+  __syncwarp();
+  // The prep: for lane (g, t) and k32 block j = warp + kWarps r, dims
+  // 32j + 8t .. +7 of query head g (zero rows past G). The warp that attends
+  // the new row's chunk (the last) also makes the row: lane l its dims 8l .. 8l+7.
+  const int last = chunks - 1;
+  const bool maker = cb <= last && last < ce && (last - cb) % kWarps == warp;
+  __shared__ float red[kWarps][8], cs[kD / 2], sn[kD / 2];
+  rotation(cs, sn, a.rotary, a.theta, pos);
+  auto q_dim = [&](int r) { return 32 * (warp + kWarps * r) + 8 * t; };
+  auto q_round = [&](int r) { return warp + kWarps * r < 8; };
+  Rope8 qr[kQRounds], kr;
+#pragma unroll
+  for (int r = 0; r < kQRounds; ++r)
+    if (q_round(r)) qr[r].init(a.q_norm, q_dim(r), a.rotary);
+  if (maker) kr.init(a.k_norm, 8 * lane, a.rotary);
+  const float* kv_in = a.qkv + a.heads * 2 * kD;
   pdl_wait();
   TERN_TRACE_MARK(waited);
-  // q fragments, scaled by log2(e) / sqrt(D): for lane (g, t) and k32 block j,
-  // dims 32j + 8t .. +7 of head g (zero rows past G), high and low parts.
-  const float qscale = kLog2e * rsqrtf(float(kD));
-  for (int idx = threadIdx.x; idx < 8 * 32; idx += kWarps * 32) {
-    const int j = idx / 32, l = idx % 32, g = l >> 2, t = l & 3;
-    float h[8] = {}, lo[8] = {};
-    if (g < G) {
-      // Two 16-byte loads (the 8 dims are contiguous), not eight.
-      const float4* q4 = reinterpret_cast<const float4*>(a.q + (kvh * G + g) * kD + 32 * j + 8 * t);
-      const float4 qa = q4[0], qb = q4[1];
-      const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+  // Every input goes out at once (one round trip to L2).
+  float x[kQRounds][8] = {}, xp[kQRounds][8] = {}, k[8] = {}, kp[8] = {}, v[8] = {};
+  const float* q_in = a.qkv + (kvh * G + g) * 2 * kD;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float q = qv[i] * qscale;
-        h[i] = __bfloat162float(__float2bfloat16_rn(q));
-        lo[i] = q - h[i];
-      }
+  for (int r = 0; r < kQRounds; ++r)
+    if (g < G && q_round(r)) qr[r].load(q_in, q_dim(r), x[r], xp[r]);
+  if (maker) {
+    kr.load(kv_in + kvh * kD, 8 * lane, k, kp);
+    Rope8::load8(kv_in + (a.kv_heads + kvh) * kD + 8 * lane, v);
+  }
+  float qq = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kQRounds; ++r) qq += sum_sq8(x[r]);
+  qq += __shfl_xor_sync(kFull, qq, 1);
+  qq += __shfl_xor_sync(kFull, qq, 2);
+  if (t == 0) red[warp][g] = qq;
+  const float kk = maker ? warp_sum(sum_sq8(k)) : 0.0f;  // maker is the whole warp
+  __syncthreads();
+  uint4 knew = {}, vnew = {};
+  if (maker) {  // the new row, into the caches and kept for the attention
+    kr.apply(k, kp, rsqrtf(kk * (1.0f / float(kD)) + a.eps), cs, sn);  // kD a power of two
+    knew = bf16x8(k), vnew = bf16x8(v);
+    const size_t at = (size_t(kvh) * a.capacity + last * kChunk) * kRow;  // the chunk
+    reinterpret_cast<uint4*>(a.k_cache)[at + k_piece(pos % kChunk, lane)] = knew;
+    reinterpret_cast<uint4*>(a.v_cache)[at + v_piece(pos % kChunk, lane)] = vnew;
+  }
+  // q fragments, scaled by log2(e) / sqrt(D), high and low parts.
+  float qsum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) qsum += red[w][g];
+  const float f = rsqrtf(qsum * (1.0f / float(kD)) + a.eps);
+  const float qscale = kLog2e * rsqrtf(float(kD));
+#pragma unroll
+  for (int r = 0; r < kQRounds; ++r) {
+    if (!q_round(r)) continue;
+    qr[r].apply(x[r], xp[r], f, cs, sn);
+    float h[8], lo[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float q = x[r][i] * qscale;
+      h[i] = __bfloat162float(__float2bfloat16_rn(q));
+      lo[i] = q - h[i];
     }
-    qf[idx] =
-        make_uint4(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]), bf16x2(h[4], h[5]), bf16x2(h[6], h[7]));
-    qf[256 + idx] = make_uint4(bf16x2(lo[0], lo[1]), bf16x2(lo[2], lo[3]), bf16x2(lo[4], lo[5]),
-                               bf16x2(lo[6], lo[7]));
+    qf[threadIdx.x + kWarps * 32 * r] = bf16x8(h);
+    qf[256 + threadIdx.x + kWarps * 32 * r] = bf16x8(lo);
   }
   __syncthreads();
   TERN_TRACE_MARK(staged);
-  for (int k = early; k < kStages; ++k) {
-    if (k < mine) fetch_chunk(slot(k), K, V, chunk(k), n);
-    cp_async_commit();
-  }
   Running st;
   for (int k = 0; k < mine; ++k) {
-    cp_async_wait<kStages - 1>();
+    mbar_wait(bar(k), uint32_t(k / kStages) & 1u);
+    if (maker && chunk(k) == last) {
+      // The new row over what the copy found in the cache (a stale row, or
+      // this warp's write of the new one), ordered before the slot's refill.
+      uint4* s = slot(k);
+      s[k_piece(pos % kChunk, lane)] = knew;
+      s[kChunk * kRow + v_piece(pos % kChunk, lane)] = vnew;
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncwarp();
+    }
     attend_chunk(st, slot(k), qf, chunk(k) * kChunk, n);
-    if (k + kStages < mine) fetch_chunk(slot(k), K, V, chunk(k + kStages), n);
-    cp_async_commit();
+    if (k + kStages < mine) {
+      __syncwarp();  // every lane is done with the slot
+      if (lane == 0) fetch_chunk(slot(k), K, V, chunk(k + kStages), bar(k));
+    }
   }
-  cp_async_wait<0>();
   __syncthreads();  // the ring becomes the merge scratch
   float* sm_m = reinterpret_cast<float*>(smem + kQBytes / 16);
   float* sm_l = sm_m + kWarps * 8;
   float* sm_o = sm_l + kWarps * 8;  // [warp][head 0..7][kD]
-  const int g = lane >> 2, t = lane & 3;
   st.l += __shfl_xor_sync(kFull, st.l, 1);
   st.l += __shfl_xor_sync(kFull, st.l, 2);
   if (t == 0) sm_m[warp * 8 + g] = st.m, sm_l[warp * 8 + g] = st.l;
@@ -368,10 +428,6 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnDecod
 
 TERN_TRACE_BINDER(attention)
 
-cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
-  return launch_pdl(attn_prep_kernel, dim3(a.heads + a.kv_heads), dim3(kD), 0, st, a);
-}
-
 // Power-of-two tiers of 64 positions a split, at most one block per SM (the
 // split kernel's ring fills an SM's shared memory).
 int attn_splits(int64_t n, int kv_heads) {
@@ -400,6 +456,8 @@ cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
       return cudaErrorInvalidValue;
   }
   if (a.splits < 1 || a.splits > kMaxAttnSplits) return cudaErrorInvalidValue;
+  if (a.rotary < 0 || a.rotary > kD || a.rotary % 16 != 0) return cudaErrorInvalidValue;  // Rope8
+  if (a.capacity % kKvChunk != 0) return cudaErrorInvalidValue;
   const dim3 grid(a.kv_heads, a.splits);
   if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), kSplitSmem, st, a);
       e != cudaSuccess)

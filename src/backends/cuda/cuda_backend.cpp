@@ -77,7 +77,6 @@ void CudaBackend::init() {
   proj_ = buf(proj);
   convout_ = buf(size_t(c.conv_channels()));
   gdn_y_ = buf(size_t(c.lin_value_dim()));
-  q_ = buf(size_t(c.n_heads) * kHeadDim);
   part_ = buf(size_t(c.n_heads) * kMaxAttnSplits * (kHeadDim + 2));
   attn_ = buf(size_t(c.n_heads) * kHeadDim);
   rlogits_ = buf(size_t(c.n_experts + 1));
@@ -127,18 +126,23 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   int cap = std::max(s.capacity, 1);
   while (cap < n) cap *= 2;
   cap = std::min(cap, c.max_positions);
+  cap = (cap + kKvChunk - 1) / kKvChunk * kKvChunk;  // whole chunks (kernels.h)
   const size_t row = kHeadDim * sizeof(uint16_t);
+  const size_t used = size_t(s.length() + kKvChunk - 1) / kKvChunk * kKvChunk;
   for (int i = 0; i < c.n_layers; ++i) {
     if (c.layer_types[size_t(i)] == LayerType::linear_attention) continue;
     for (auto* cache : {&s.k, &s.v}) {
       uint16_t* p = nullptr;
-      check(cudaMalloc(&p, size_t(c.n_kv_heads) * cap * row), "KV cache");
+      const size_t bytes = size_t(c.n_kv_heads) * cap * row;
+      check(cudaMalloc(&p, bytes), "KV cache");
+      // Zeroed: the attention reads whole chunks, and the masked rows past
+      // the context must be finite (0 x NaN is NaN).
+      check(cudaMemset(p, 0, bytes), "KV cache");
       uint16_t*& old = (*cache)[size_t(i)];
       if (old != nullptr) {
-        check(
-            cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row,
-                         size_t(s.length()) * row, size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
-            "KV grow");
+        check(cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row, used * row,
+                           size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
+              "KV grow");
         cudaFree(old);
       }
       old = p;
@@ -226,12 +230,21 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
       launch("qkv", [&] {
         return gemv({.W = L.qkv, .x = h_, .norm = L.in_norm, .eps = c.rms_eps, .y = proj_}, st);
       });
-      AttnPrepArgs p{proj_,          L.q_norm,       L.k_norm,    c.rms_eps, q_,
-                     s.k[size_t(i)], s.v[size_t(i)], pos,         c.n_heads, c.n_kv_heads,
-                     c.rotary_dim,   s.capacity,     c.rope_theta};
-      launch("attn_prep", [&] { return attn_prep(p, st); });
-      AttnDecodeArgs d{q_,    s.k[size_t(i)], s.v[size_t(i)], pos,        proj_,   part_,
-                       attn_, c.n_heads,      c.n_kv_heads,   s.capacity, s.splits};
+      const AttnDecodeArgs d{.qkv = proj_,
+                             .q_norm = L.q_norm,
+                             .k_norm = L.k_norm,
+                             .eps = c.rms_eps,
+                             .k_cache = s.k[size_t(i)],
+                             .v_cache = s.v[size_t(i)],
+                             .pos = pos,
+                             .part = part_,
+                             .out = attn_,
+                             .heads = c.n_heads,
+                             .kv_heads = c.n_kv_heads,
+                             .rotary = c.rotary_dim,
+                             .capacity = s.capacity,
+                             .splits = s.splits,
+                             .theta = c.rope_theta};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
         return gemv({.W = L.o, .x = attn_, .y = h_, .out = GemvOut::add, .feed = feed}, st);

@@ -23,7 +23,7 @@ class CudaSequence : public Sequence {
  public:
   ~CudaSequence() override;
   int capacity = 0;                 // KV positions allocated
-  std::vector<uint16_t*> k, v;      // per layer (attention only): bf16 [kv][capacity][256]
+  std::vector<uint16_t*> k, v;      // per layer (attention only): kernels.h's chunked layout
   std::vector<float*> S, conv;      // per layer (GDN only)
   int* ints = nullptr;              // [pos, token, step]
   int* out = nullptr;               // ring of chosen ids
@@ -89,8 +89,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<DeviceWeights> w_;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> bufs_;
-  float *h_, *a_, *proj_, *convout_, *gdn_y_, *q_, *part_, *attn_, *rlogits_, *wts_, *act_,
-      *logits_, *amax_;
+  float *h_, *a_, *proj_, *convout_, *gdn_y_, *part_, *attn_, *rlogits_, *wts_, *act_, *logits_,
+      *amax_;
   int* ids_;
   unsigned* counters_;        // [router, argmax]
   unsigned long long* feed_;  // [n_experts + 1] router logits fed by o_proj / out_proj

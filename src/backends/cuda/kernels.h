@@ -187,34 +187,35 @@ struct GdnStepArgs {
 };
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st);
 
-// Attention prep of one token at position *pos: q RMSNorm + partial RoPE into
-// q (fp32 [H][256]); k RMSNorm + RoPE and v appended to the bf16 caches
-// ([kv][capacity][256]).
-struct AttnPrepArgs {
-  const float* qkv = nullptr;  // [H*512 | KV*256 | KV*256]
+// The KV cache of a layer: K and V each bf16 [kv][capacity][256], capacity a
+// multiple of 16, every 16 positions one 8 KB chunk whose 16-byte pieces
+// (8 dims) lie in the order the attention's lanes read them, so that a chunk is
+// one bulk copy: dims 8q..8q+7 of position o of the chunk are K's piece
+// k_piece(o, q) and V's piece v_piece(o, q).
+constexpr int kKvChunk = 16;
+__host__ __device__ constexpr int k_piece(int o, int q) {
+  return ((o / 8) * 8 + q / 4) * 32 + (o % 8) * 4 + q % 4;
+}
+__host__ __device__ constexpr int v_piece(int o, int q) {
+  return (((o & 1) + 2 * (o / 8)) * 4 + q / 8) * 32 + (q % 8) * 4 + (o % 8) / 2;
+}
+
+// Decode attention of one token at position *pos: the prep (q and k RMSNorm,
+// partial rotate-half RoPE, k and v appended to the caches), split-K GQA
+// attention over keys [0, *pos] and the combine, which also applies
+// sigmoid(gate): out [H][256].
+struct AttnDecodeArgs {
+  const float* qkv = nullptr;  // [H * (q 256 | gate 256) | KV*256 k | KV*256 v]
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   float eps = 1e-6f;
-  float* q = nullptr;
   uint16_t* k_cache = nullptr;
   uint16_t* v_cache = nullptr;
   const int* pos = nullptr;
-  int heads = 0, kv_heads = 0, rotary = 0, capacity = 0;
-  float theta = 0;
-};
-cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st);
-
-// Split-K GQA decode attention over keys [0, *pos] and the combine, which also
-// applies sigmoid(gate): out [H][256].
-struct AttnDecodeArgs {
-  const float* q = nullptr;
-  const uint16_t* k_cache = nullptr;
-  const uint16_t* v_cache = nullptr;
-  const int* pos = nullptr;
-  const float* qkv = nullptr;  // for the gates
-  float* part = nullptr;       // [H][splits][256 + 2]
+  float* part = nullptr;  // [H][splits][256 + 2]
   float* out = nullptr;
-  int heads = 0, kv_heads = 0, capacity = 0, splits = 1;
+  int heads = 0, kv_heads = 0, rotary = 0, capacity = 0, splits = 1;
+  float theta = 0;
 };
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st);
 constexpr int kMaxAttnSplits = 128;

@@ -15,9 +15,9 @@
 namespace tern::cuda {
 
 inline const std::vector<std::string>& step_kernel_names() {
-  static const std::vector<std::string> names = {"embed",    "gdn_in",    "gdn_step",  "gdn_out",
-                                                 "qkv",      "attn_prep", "attention", "o_proj",
-                                                 "route_up", "down",      "lm_head"};
+  static const std::vector<std::string> names = {"embed", "gdn_in",    "gdn_step", "gdn_out",
+                                                 "qkv",   "attention", "o_proj",   "route_up",
+                                                 "down",  "lm_head"};
   return names;
 }
 
