@@ -40,8 +40,12 @@ constexpr int kRow = kD / 8;  // 16-byte pieces per cache row
 constexpr size_t kQBytes = 2 * 8 * 32 * 16;  // q fragments: [hi, lo][8 k32 blocks][lane]
 constexpr size_t kRingBytes = size_t(kWarps) * kStages * kPieces * 32 * 16;
 constexpr size_t kSplitSmem = kQBytes + kRingBytes;
-// The ring becomes the merge's scratch: each warp's max, sum, weights and O.
-static_assert(kRingBytes >= sizeof(float) * kWarps * 8 * (3 + kD), "merge scratch");
+// The ring becomes the merge's scratch: each warp's max, sum, weights and O,
+// whose rows are padded to 257 floats: a lane's O^T entries (dims 8g + .., heads
+// 2t, 2t+1) then fall in 16 banks instead of 4 (the stores were 8-way
+// conflicts, ~1 us of the merge at 4K).
+constexpr int kORow = kD + 1;
+static_assert(kRingBytes >= sizeof(float) * kWarps * 8 * (3 + kORow), "merge scratch");
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -332,7 +336,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   __syncthreads();  // the ring becomes the merge scratch
   float* sm_m = reinterpret_cast<float*>(smem + kQBytes / 16);
   float* sm_l = sm_m + kWarps * 8;
-  float* sm_o = sm_l + kWarps * 8;  // [warp][head 0..7][kD]
+  float* sm_o = sm_l + kWarps * 8;  // [warp][head 0..7][kORow]
   st.l += __shfl_xor_sync(kFull, st.l, 1);
   st.l += __shfl_xor_sync(kFull, st.l, 2);
   if (t == 0) sm_m[warp * 8 + g] = st.m, sm_l[warp * 8 + g] = st.l;
@@ -341,11 +345,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int head = 2 * t + (c & 1), dim = dim_of(g + 8 * (c >> 1), i);
-      sm_o[(warp * 8 + head) * kD + dim] = st.acc[i][c];
+      sm_o[(warp * 8 + head) * kORow + dim] = st.acc[i][c];
     }
   // The warps' weights a head, exp2(m_w - M) (0 for a head no warp saw), once
   // a head rather than once a dim: the merge is instructions, not bytes.
-  float* sm_c = sm_o + kWarps * 8 * kD;  // [warp][head]
+  float* sm_c = sm_o + kWarps * 8 * kORow;  // [warp][head]
   auto part_of = [&](int h) {
     return a.part + (size_t(kvh * G + h) * a.splits + split) * (kD + 2);
   };
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     const int h = idx / kD, d = idx % kD;
     float O = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) O += sm_o[(w * 8 + h) * kD + d] * sm_c[w * 8 + h];
+    for (int w = 0; w < kWarps; ++w) O += sm_o[(w * 8 + h) * kORow + d] * sm_c[w * 8 + h];
     part_of(h)[d] = O;
   }
   TERN_TRACE_END();
