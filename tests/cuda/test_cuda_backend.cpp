@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -73,6 +74,64 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
   const auto rest = gpu.generate_greedy(*s, got[0], kN - 1);
   got.insert(got.end(), rest.begin(), rest.end());
   EXPECT_EQ(got, want);
+}
+
+// The KV cache starts at 4,096 positions and grows by copying the chunks in
+// use. Steps grow it at a whole chunk (4,096 positions), set_length (tern
+// bench's fill) anywhere: here at 4,090, the last chunk partial. The old rows
+// survive bit for bit, and the logits on either side of the growth match the
+// CPU's.
+TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
+  TERN_REQUIRE_GPU();
+  auto w = tiny_dummy_weights();
+  const ModelConfig& c = w->cfg;
+  CpuBackend cpu(w);
+  cuda::CudaBackend gpu(w);
+  std::mt19937 g(5);
+  std::vector<int32_t> tokens(4100);
+  for (int32_t& t : tokens) t = int32_t(g() % uint32_t(c.vocab));
+  auto sc = cpu.new_sequence(), sg = gpu.new_sequence();
+  auto& cs = dynamic_cast<cuda::CudaSequence&>(*sg);
+  const int layer =
+      int(std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::full_attention) -
+          c.layer_types.begin());
+  ASSERT_LT(layer, c.n_layers);
+  constexpr int kOld = 4090, hd = cuda::kHeadDim;
+  // Each KV head's first kOld positions, in the chunked layout (kernels.h).
+  auto old_rows = [&](const uint16_t* cache, bool v) {
+    std::vector<uint16_t> rows;
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const auto all = to_host(cache + size_t(h) * cs.capacity * hd, size_t(4096) * hd);
+      for (int p = 0; p < kOld; ++p)
+        for (int q = 0; q < hd / 8; ++q) {
+          const int o = p % cuda::kKvChunk, chunk = p - o;
+          const size_t at =
+              size_t(chunk) * hd + size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * 8;
+          rows.insert(rows.end(), &all[at], &all[at] + 8);
+        }
+    }
+    return rows;
+  };
+  std::vector<uint16_t> k0, v0;
+  std::vector<float> want, got;
+  for (const auto& [from, to] : {std::pair{0, kOld}, std::pair{kOld, 4100}}) {
+    const std::span<const int32_t> part(tokens.data() + from, size_t(to - from));
+    cpu.forward(*sc, part, Logits::last, want);
+    gpu.forward(*sg, part, Logits::last, got);
+    float mx = 0;
+    for (float x : want) mx = std::max(mx, std::abs(x));
+    EXPECT_EQ(argmax(got), argmax(want)) << "after " << to << " tokens";
+    EXPECT_LE(max_diff(got, want), 1e-3f * mx) << "after " << to << " tokens";
+    if (from == 0) {
+      ASSERT_EQ(cs.capacity, 4096);
+      k0 = old_rows(cs.k[size_t(layer)], false), v0 = old_rows(cs.v[size_t(layer)], true);
+      gpu.set_length(*sg, 5000);  // grows the cache
+      gpu.set_length(*sg, kOld);
+    }
+  }
+  ASSERT_GT(cs.capacity, 4096);
+  EXPECT_EQ(old_rows(cs.k[size_t(layer)], false), k0);
+  EXPECT_EQ(old_rows(cs.v[size_t(layer)], true), v0);
 }
 
 // tern bench --leave-out: the named kernels leave the step graph (one per
