@@ -104,6 +104,15 @@ inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) 
   return m;
 }
 
+// Where the KV cache's chunked layout (kernels.h) keeps dims 8q..8q+7 of row
+// r (kv head times capacity plus position; capacity a multiple of 16): the
+// index of the first, in bf16 elements.
+inline size_t kv_chunked_at(size_t r, int q, bool v) {
+  const int o = int(r % cuda::kKvChunk);
+  return (r - size_t(o)) * cuda::kHeadDim +
+         size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * 8;
+}
+
 // The tiny dummy checkpoint (seed 11) of the end-to-end GPU tests, written
 // afresh and loaded 4-bit.
 inline std::shared_ptr<const ModelWeights> tiny_dummy_weights() {

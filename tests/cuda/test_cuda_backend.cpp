@@ -104,9 +104,7 @@ TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
       const auto all = to_host(cache + size_t(h) * cs.capacity * hd, size_t(4096) * hd);
       for (int p = 0; p < kOld; ++p)
         for (int q = 0; q < hd / 8; ++q) {
-          const int o = p % cuda::kKvChunk, chunk = p - o;
-          const size_t at =
-              size_t(chunk) * hd + size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * 8;
+          const size_t at = kv_chunked_at(size_t(p), q, v);
           rows.insert(rows.end(), &all[at], &all[at] + 8);
         }
     }

@@ -63,14 +63,9 @@ INSTANTIATE_TEST_SUITE_P(Heads, GdnStep, ::testing::Values(std::pair{2, 4}, std:
 std::vector<uint16_t> to_chunks(const std::vector<uint16_t>& rows, bool v) {
   constexpr int hd = 256, piece = 8;
   std::vector<uint16_t> out(rows.size());
-  for (size_t r = 0; r < rows.size() / hd; ++r) {
-    const int o = int(r % cuda::kKvChunk);
-    for (int q = 0; q < hd / piece; ++q) {
-      const size_t at =
-          (r - size_t(o)) * hd + size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * piece;
-      std::copy_n(&rows[r * hd + size_t(q) * piece], piece, &out[at]);
-    }
-  }
+  for (size_t r = 0; r < rows.size() / hd; ++r)
+    for (int q = 0; q < hd / piece; ++q)
+      std::copy_n(&rows[r * hd + size_t(q) * piece], piece, &out[kv_chunked_at(r, q, v)]);
   return out;
 }
 

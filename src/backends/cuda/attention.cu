@@ -32,11 +32,12 @@ constexpr int kD = kHeadDim;
 // attending the new row makes it from qkv and writes it over the stale copy in
 // its ring.
 constexpr int kWarps = 4;
-constexpr int kQRounds = (8 + kWarps - 1) / kWarps;  // the q fragments' k32 blocks a warp
-constexpr int kChunk = kKvChunk;                     // positions per warp step
-constexpr int kStages = 2;                           // chunks in flight per warp
-constexpr int kPieces = 32;   // 16-byte pieces per lane per chunk: 16 of K, then 16 of V
-constexpr int kRow = kD / 8;  // 16-byte pieces per cache row
+constexpr int kQRounds = 8 / kWarps;  // the q fragments' k32 blocks a warp
+static_assert(8 % kWarps == 0, "every warp stages the same number of q blocks");
+constexpr int kChunk = kKvChunk;  // positions per warp step
+constexpr int kStages = 2;        // chunks in flight per warp
+constexpr int kPieces = 32;       // 16-byte pieces per lane per chunk: 16 of K, then 16 of V
+constexpr int kRow = kD / 8;      // 16-byte pieces per cache row
 constexpr size_t kQBytes = 2 * 8 * 32 * 16;  // q fragments: [hi, lo][8 k32 blocks][lane]
 constexpr size_t kRingBytes = size_t(kWarps) * kStages * kPieces * 32 * 16;
 constexpr size_t kSplitSmem = kQBytes + kRingBytes;
@@ -160,6 +161,11 @@ __device__ __forceinline__ void attend_chunk(Running& st, const uint4* slot, con
   }
 }
 
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
 // Eight consecutive dims of a head from d0 (a multiple of 8; the rotary width
 // is a multiple of 16, so all eight lie on one side of its half): the RMSNorm
 // weight and, below the rotary width, the partner dims' weight. The rotation's
@@ -191,11 +197,6 @@ struct Rope8 {
       const float v = x[i] * f * w[i];
       x[i] = pair < 0 ? v : v * cs[freq + i] + xp[i] * f * wp[i] * (sign * sn[freq + i]);
     }
-  }
-  static __device__ void load8(const float* p, float (&x)[8]) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0],
-                 b = reinterpret_cast<const float4*>(p)[1];
-    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
   }
 };
 
@@ -258,12 +259,12 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   __shared__ float red[kWarps][8], cs[kD / 2], sn[kD / 2];
   rotation(cs, sn, a.rotary, a.theta, pos);
   auto q_dim = [&](int r) { return 32 * (warp + kWarps * r) + 8 * t; };
-  auto q_round = [&](int r) { return warp + kWarps * r < 8; };
   Rope8 qr[kQRounds], kr;
 #pragma unroll
-  for (int r = 0; r < kQRounds; ++r)
-    if (q_round(r)) qr[r].init(a.q_norm, q_dim(r), a.rotary);
+  for (int r = 0; r < kQRounds; ++r) qr[r].init(a.q_norm, q_dim(r), a.rotary);
   if (maker) kr.init(a.k_norm, 8 * lane, a.rotary);
+  // The maker lane's pieces of the new row, in K's and V's chunk.
+  const int k_at = k_piece(pos % kChunk, lane), v_at = v_piece(pos % kChunk, lane);
   const float* kv_in = a.qkv + a.heads * 2 * kD;
   pdl_wait();
   TERN_TRACE_MARK(waited);
@@ -272,10 +273,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   const float* q_in = a.qkv + (kvh * G + g) * 2 * kD;
 #pragma unroll
   for (int r = 0; r < kQRounds; ++r)
-    if (g < G && q_round(r)) qr[r].load(q_in, q_dim(r), x[r], xp[r]);
+    if (g < G) qr[r].load(q_in, q_dim(r), x[r], xp[r]);
   if (maker) {
     kr.load(kv_in + kvh * kD, 8 * lane, k, kp);
-    Rope8::load8(kv_in + (a.kv_heads + kvh) * kD + 8 * lane, v);
+    load8(kv_in + (a.kv_heads + kvh) * kD + 8 * lane, v);
   }
   float qq = 0.0f;
 #pragma unroll
@@ -290,8 +291,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
     kr.apply(k, kp, rsqrtf(kk * (1.0f / float(kD)) + a.eps), cs, sn);  // kD a power of two
     knew = bf16x8(k), vnew = bf16x8(v);
     const size_t at = (size_t(kvh) * a.capacity + last * kChunk) * kRow;  // the chunk
-    reinterpret_cast<uint4*>(a.k_cache)[at + k_piece(pos % kChunk, lane)] = knew;
-    reinterpret_cast<uint4*>(a.v_cache)[at + v_piece(pos % kChunk, lane)] = vnew;
+    reinterpret_cast<uint4*>(a.k_cache)[at + k_at] = knew;
+    reinterpret_cast<uint4*>(a.v_cache)[at + v_at] = vnew;
   }
   // q fragments, scaled by log2(e) / sqrt(D), high and low parts.
   float qsum = 0.0f;
@@ -301,7 +302,6 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   const float qscale = kLog2e * rsqrtf(float(kD));
 #pragma unroll
   for (int r = 0; r < kQRounds; ++r) {
-    if (!q_round(r)) continue;
     qr[r].apply(x[r], xp[r], f, cs, sn);
     float h[8], lo[8];
 #pragma unroll
@@ -322,8 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
       // The new row over what the copy found in the cache (a stale row, or
       // this warp's write of the new one), ordered before the slot's refill.
       uint4* s = slot(k);
-      s[k_piece(pos % kChunk, lane)] = knew;
-      s[kChunk * kRow + v_piece(pos % kChunk, lane)] = vnew;
+      s[k_at] = knew, s[kChunk * kRow + v_at] = vnew;
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncwarp();
     }
