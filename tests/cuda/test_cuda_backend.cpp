@@ -10,11 +10,13 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_weights.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "engine/sampler.h"
 #include "engine/score.h"
 #include "gpu_test_util.h"
+#include "model/config.h"
 #include "model/dummy.h"
 
 namespace tern::test {
@@ -130,6 +132,22 @@ TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
   ASSERT_GT(cs.capacity, 4096);
   EXPECT_EQ(old_rows(cs.k[size_t(layer)], false), k0);
   EXPECT_EQ(old_rows(cs.v[size_t(layer)], true), v0);
+}
+
+// The attention kernel rotates 8 dims a lane on one side of the rotary half:
+// a rotary width that is not a multiple of 16 is refused at load, by name.
+TEST(CudaBackend, RefusesARotaryWidthTheKernelsCannotTake) {
+  ModelConfig c = parse_config(preset_config("35b-a3b"), "35b");
+  EXPECT_NO_THROW(cuda::check_supported(c));
+  for (const int rotary : {40, 258, -16}) {
+    c.rotary_dim = rotary;
+    try {
+      cuda::check_supported(c);
+      ADD_FAILURE() << "rotary " << rotary << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rotary dim"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // tern bench --leave-out: the named kernels leave the step graph (one per

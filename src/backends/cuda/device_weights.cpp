@@ -22,8 +22,9 @@ void check_supported(const ModelConfig& c) {
   const int g = c.n_heads / std::max(1, c.n_kv_heads);
   if (c.n_heads % c.n_kv_heads != 0 || (g != 1 && g != 2 && g != 4 && g != 8))
     fail("CUDA backend: GQA group {} (kernels take 1, 2, 4 or 8)", g);
-  if (c.rotary_dim % 2 != 0 || c.rotary_dim > kHeadDim)
-    fail("CUDA backend: rotary dim {}", c.rotary_dim);
+  if (c.rotary_dim % 16 != 0 || c.rotary_dim < 0 || c.rotary_dim > kHeadDim)
+    fail("CUDA backend: rotary dim {} (kernels need a multiple of 16 up to {})", c.rotary_dim,
+         kHeadDim);
   if (c.hidden % 256 != 0 && c.hidden % 64 != 0) fail("CUDA backend: hidden {}", c.hidden);
   if (c.moe_inter != c.shared_inter)
     fail("CUDA backend: expert width {} != shared expert width {}", c.moe_inter, c.shared_inter);
