@@ -9,9 +9,15 @@
 // as each decode GEMV calls it): its cost after the wait with no other traffic
 // on the GPU. 40 pairs in one CUDA graph, replayed 20 times; globaltimer
 // stamps per block, the read or staging as warp 0 finishes it.
+// Round 13 added what a step without PDL's grid-wide hand-off would pay: the
+// consumer polling flags the producer blocks release (per block, one count,
+// per warp), the producer bringing bytes into L2 at its end (does the
+// dependent's wait wait for them?), and a hand-off among the 8 blocks of a
+// cluster through DSMEM.
 //
 //   cmake --build build --target handoff && build/handoff (or nvcc -O3
 //   -std=c++17 -arch=sm_90a -I src bench/handoff.cu -o handoff)
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "backends/cuda/tile_mma.cuh"
@@ -37,14 +43,101 @@ __device__ __forceinline__ unsigned long long now() {
   return t;
 }
 
-__global__ void producer(float* x, int replicas, float v, Stamp* st) {
+// flags: a word a block, or (count) one word all blocks add to; the block
+// publishes `epoch` there once its part is written (after its end stamp, so a
+// flag's cost counts against the consumer).
+// ahead: bytes a block brings into L2 (cp.async.bulk.prefetch.L2) after its
+// end stamp, from `far` (whether the dependent's PDL wait waits for them).
+__global__ void producer(float* x, int replicas, float v, Stamp* st, unsigned* flags, bool count,
+                         unsigned epoch, const uint8_t* far, unsigned ahead) {
   asm volatile("griddepcontrol.launch_dependents;");
   const unsigned long long t0 = now();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int i = blockIdx.x * 32 + threadIdx.x;
   for (int r = 0; r < replicas; ++r) x[size_t(r) * kN + i] = v + float(i);
   __syncthreads();
-  if (threadIdx.x == 0) st[blockIdx.x] = {t0, 0, 0, now()};
+  if (threadIdx.x == 0) {
+    st[blockIdx.x] = {t0, 0, 0, now()};
+    if (ahead > 0)
+      asm volatile(
+          "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(far + size_t(blockIdx.x) * ahead),
+          "r"(ahead)
+          : "memory");
+    if (flags != nullptr) {
+      __threadfence();
+      if (count)
+        atomicAdd(flags, 1u);
+      else
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flags + blockIdx.x), "r"(epoch)
+                     : "memory");
+    }
+  }
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The consumer without the PDL wait: it starts beside the producer (PDL
+// launches it once every producer block has started) and polls flags instead.
+//   mode 0: threads 0..127 each poll a producer's flag, then a block barrier;
+//   mode 1: thread 0 polls the count (128 * epoch), then a block barrier;
+//   mode 2: each warp polls just the flags of the 4 producers of its 128
+//           floats (lanes 0-3) and reads as soon as they are set; `waited` is
+//           warp 0's;
+//   mode 3: as 2, then the warp stages its columns (plain, K = 2048).
+// `read` is stamped when the whole block has its floats.
+__global__ void flag_consumer(const float* x, const unsigned* flags, int mode, unsigned epoch,
+                              float* out, Stamp* st) {
+  __shared__ float red[kThreads / 32];
+  asm volatile("griddepcontrol.launch_dependents;");
+  const unsigned long long t0 = now();
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
+  if (mode == 0) {
+    if (t < kProducers)
+      while (ld_acquire(flags + t) < epoch) {
+      }
+    __syncthreads();
+  } else if (mode == 1) {
+    if (t == 0)
+      while (ld_acquire(flags) < epoch * kProducers) {
+      }
+    __syncthreads();
+  } else {  // modes 2 and 3
+    if (lane < 4)
+      while (ld_acquire(flags + 4 * warp + lane) < epoch) {
+      }
+    __syncwarp();
+  }
+  const unsigned long long tw = now();
+  if (mode == 3) {  // the warp stages its columns as a K = 2048 plain GEMV block does
+    namespace tile = tern::cuda::tile;
+    extern __shared__ float sm[];
+    float* scratch = nullptr;
+    const tile::Staged xs =
+        tile::stage<tile::Prep::plain>(x, 2048, {}, sm, &scratch, tile::warp_cols<1>(16));
+    __syncthreads();
+    const unsigned long long tr = now();
+    if (t == 0) {
+      out[blockIdx.x] = xs.scale[0] + xs.xsum[0];
+      st[blockIdx.x] = {t0, tw, tr, now()};
+    }
+    return;
+  }
+  const float4 v = __ldcg(reinterpret_cast<const float4*>(x) + t);
+  float s = v.x + v.y + v.z + v.w;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) red[warp] = s;
+  __syncthreads();
+  const unsigned long long tr = now();
+  if (t == 0) {
+    float sum = 0;
+    for (float r : red) sum += r;
+    out[blockIdx.x] = sum;
+    st[blockIdx.x] = {t0, tw, tr, now()};
+  }
 }
 
 __global__ void consumer(const float* x, int replicas, float* out, Stamp* st) {
@@ -108,6 +201,32 @@ __global__ void stager(const float* x, const float* gate, const float* norm, int
   }
 }
 
+// The hand-off inside a kernel, among the 8 blocks of a cluster (as a GEMV
+// whose blocks are clustered by the rows a later step needs would do it):
+// each block writes its 32 floats into its shared memory and stamps `end`,
+// the cluster barrier, then every block reads all 8 blocks' floats through
+// DSMEM and stamps `read`. Replays `rounds` times a launch.
+constexpr int kCluster = 8;
+__global__ void __cluster_dims__(kCluster, 1, 1) cluster_exchange(float v, Stamp* st) {
+  namespace cg = cooperative_groups;
+  __shared__ float mine[32], red[kThreads / 32];
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int t = int(threadIdx.x);
+  const unsigned long long t0 = now();
+  if (t < 32) mine[t] = v + float(blockIdx.x * 32 + t);
+  __syncthreads();
+  const unsigned long long tw = now();
+  cluster.sync();
+  float s = 0.0f;
+  if (t < kCluster * 32) s = cluster.map_shared_rank(mine, t / 32)[t % 32];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((t & 31) == 0) red[t >> 5] = s;
+  __syncthreads();
+  const unsigned long long tr = now();
+  cluster.sync();  // no block leaves while another reads its shared memory
+  if (t == 0) st[blockIdx.x] = {t0, tw, tr, now() + unsigned(red[0] == -1.0f)};
+}
+
 template <typename... P, typename... A>
 void launch(void (*k)(P...), int grid, int block, size_t smem, cudaStream_t s, A... a) {
   cudaLaunchConfig_t c = {};
@@ -121,6 +240,7 @@ void launch(void (*k)(P...), int grid, int block, size_t smem, cudaStream_t s, A
 
 const char* const kStageNames[] = {"stage norm 2K", "stage gated 4K", "stage plain 2K",
                                    "stage plain 4K", "stage wts 4K"};
+const char* const kFlagNames[] = {"flags, all", "flag count", "flags, warp", "flags, stage 2K"};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -143,23 +263,44 @@ int main() {
     cudaMemcpy(norm, h.data(), sizeof(float) * kN, cudaMemcpyHostToDevice);
   }
   cudaMalloc(&out, sizeof(float) * kConsumers);
+  unsigned* flags;
+  cudaMalloc(&flags, sizeof(unsigned) * kProducers);
+  // Far bytes for the producers' L2 prefetches: a fresh range each pair.
+  constexpr size_t kAheadMax = 16u << 20;
+  uint8_t* far;
+  cudaMalloc(&far, kAheadMax * kPairs);
   cudaMalloc(&ps, sizeof(Stamp) * kPairs * kProducers);
   cudaMalloc(&cs, sizeof(Stamp) * kPairs * kConsumers);
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   const size_t stage_smem = tern::cuda::tile::stage_bytes(kN, 0);
   cudaFuncSetAttribute(stager, cudaFuncAttributeMaxDynamicSharedMemorySize, int(stage_smem));
+  cudaFuncSetAttribute(flag_consumer, cudaFuncAttributeMaxDynamicSharedMemorySize, int(stage_smem));
   std::printf(
       "case            wait after the last producer end (us)  read (us, median / max over "
-      "blocks)\n");
-  // R > 0: the plain read from replica b % R; R < 0: staging mode -R.
-  for (int R : {1, 8, -1, -2, -3, -4, -5}) {
+      "blocks)  read done after the last producer end (us, median / max)\n");
+  // R > 0: the plain read from replica b % R; R < 0: staging mode -R; R >=
+  // 100: the read after flags, flag_consumer's mode R - 100 (the flags zeroed
+  // at the graph's start, pair p's epoch p + 1).
+  // R = 200 + m: replicas 8 with the producers bringing m MB into L2 at their
+  // end.
+  for (int R : {1, 8, -1, -2, -3, -4, -5, 100, 101, 102, 103, 200, 202, 204, 208, 216}) {
+    const bool flagged = R >= 100 && R < 200;
+    const unsigned ahead = R >= 200 ? unsigned((size_t(R - 200) << 20) / kProducers) / 16 * 16 : 0;
+    if (R >= 200) R = 8;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (flagged) cudaMemsetAsync(flags, 0, sizeof(unsigned) * kProducers, s);
     for (int p = 0; p < kPairs; ++p) {
-      launch(producer, kProducers, 32, 0, s, x, std::max(R, 1), float(p), ps + p * kProducers);
-      if (R > 0)
+      launch(producer, kProducers, 32, 0, s, x, flagged ? 1 : std::max(R, 1), float(p),
+             ps + p * kProducers, flagged ? flags : nullptr, R == 101, unsigned(p + 1),
+             static_cast<const uint8_t*>(far + kAheadMax * p), ahead);
+      if (flagged)
+        launch(flag_consumer, kConsumers, kThreads, stage_smem, s, static_cast<const float*>(x),
+               static_cast<const unsigned*>(flags), R - 100, unsigned(p + 1), out,
+               cs + p * kConsumers);
+      else if (R > 0)
         launch(consumer, kConsumers, kThreads, 0, s, static_cast<const float*>(x), R, out,
                cs + p * kConsumers);
       else
@@ -169,7 +310,7 @@ int main() {
     }
     cudaStreamEndCapture(s, &g);
     cudaGraphInstantiate(&ge, g, 0);
-    std::vector<double> wait, read_med, read_max;
+    std::vector<double> wait, read_med, read_max, done_med, done_max;
     for (int rep = 0; rep < kReplays; ++rep) {
       cudaGraphLaunch(ge, s);
       cudaStreamSynchronize(s);
@@ -179,22 +320,51 @@ int main() {
       for (int p = 2; p < kPairs; ++p) {
         unsigned long long last = 0;
         for (int b = 0; b < kProducers; ++b) last = std::max(last, hp[p * kProducers + b].end);
-        std::vector<double> w, r;
+        std::vector<double> w, r, d;
         for (int b = 0; b < kConsumers; ++b) {
           const Stamp& c = hc[p * kConsumers + b];
           w.push_back((double(c.waited) - double(last)) / 1e3);
           r.push_back(double(c.read - c.waited) / 1e3);
+          d.push_back((double(c.read) - double(last)) / 1e3);
         }
+        done_med.push_back(median(d));
+        done_max.push_back(*std::max_element(d.begin(), d.end()));
         wait.push_back(median(w));
         read_med.push_back(median(r));
         read_max.push_back(*std::max_element(r.begin(), r.end()));
       }
     }
-    std::printf("%-14s  %10.3f  %10.3f / %.3f\n",
-                R < 0 ? kStageNames[-R - 1] : ("replicas " + std::to_string(R)).c_str(),
-                median(wait), median(read_med), median(read_max));
+    std::printf(
+        "%-14s  %10.3f  %10.3f / %.3f  %10.3f / %.3f\n",
+        flagged     ? kFlagNames[R - 100]
+        : ahead > 0 ? ("r8, " + std::to_string(ahead * kProducers >> 20) + " MB ahead").c_str()
+        : R < 0     ? kStageNames[-R - 1]
+                    : ("replicas " + std::to_string(R)).c_str(),
+        median(wait), median(read_med), median(read_max), median(done_med), median(done_max));
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
+  }
+  {
+    // The cluster hand-off: the barrier and DSMEM read after the cluster's last
+    // write (median / max over blocks, median over launches).
+    std::vector<double> med, mx;
+    for (int rep = 0; rep < kReplays * kPairs; ++rep) {
+      cluster_exchange<<<128, kThreads, 0, s>>>(float(rep), cs);
+      cudaStreamSynchronize(s);
+      std::vector<Stamp> hc(128);
+      cudaMemcpy(hc.data(), cs, hc.size() * sizeof(Stamp), cudaMemcpyDeviceToHost);
+      std::vector<double> d;
+      for (int b = 0; b < 128; ++b) {
+        unsigned long long last = 0;
+        for (int k = b / kCluster * kCluster; k < (b / kCluster + 1) * kCluster; ++k)
+          last = std::max(last, hc[size_t(k)].waited);
+        d.push_back((double(hc[size_t(b)].read) - double(last)) / 1e3);
+      }
+      med.push_back(median(d));
+      mx.push_back(*std::max_element(d.begin(), d.end()));
+    }
+    std::printf("%-14s  %10s  %10s   %10.3f / %.3f\n", "cluster of 8", "-", "-", median(med),
+                median(mx));
   }
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(e));

@@ -239,6 +239,27 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
   EXPECT_LE(max_diff(to_host(dh.get(), size_t(D)), out), kRel * 4 * max_abs(out));
 }
 
+// The expert choice alone against the CPU's, on logits with many exact ties
+// (values from a small set, so the lower index must win within and across
+// lanes) and on distinct ones, for each keys-a-lane width the kernels use.
+TEST(MoePick, TopKMatchesCpuWithTies) {
+  TERN_REQUIRE_GPU();
+  std::mt19937 g(7);
+  for (const int E : {16, 100, 256, 512, 1024})
+    for (const int k : {1, 8, 10})
+      for (const bool tied : {true, false}) {
+        std::vector<float> l = randn(size_t(E), g);
+        if (tied)
+          for (float& v : l) v = std::round(v * 2.0f) / 2.0f;  // ~9 distinct values
+        auto dl = to_dev(l);
+        auto dids = to_dev(std::vector<int>(size_t(k), -1));
+        ASSERT_EQ(cuda::pick_top_k(dl.get(), E, k, dids.get(), nullptr), cudaSuccess);
+        EXPECT_EQ(to_host(dids.get(), size_t(k)), cpu::route_token(l.data(), E, k, true).experts)
+            << "E " << E << " k " << k << (tied ? " tied" : "");
+      }
+  EXPECT_EQ(cuda::pick_top_k(nullptr, 16, 17, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Moe,
     ::testing::Values(MoeCase{64, 16, 4, 64, false}, MoeCase{128, 16, 4, 64, false},

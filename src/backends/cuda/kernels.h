@@ -156,6 +156,9 @@ struct ExpertsUpArgs {
 // tensor-core GEMV; otherwise a router launch (the last block picks) and a
 // gate/up launch.
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st);
+// The experts' choice as route_up and the router make it (ids: the top_k of
+// the E <= 1024 logits, ties to the lower index), for its test.
+cudaError_t pick_top_k(const float* logits, int E, int top_k, int* ids, cudaStream_t st);
 // Whether the GEMV over `producer` can feed router r for gate/up u.
 bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& u);
 

@@ -2,6 +2,7 @@
 // router launch: norm + 8-bit GEMV + top-k + renormalise) and gate/up/SwiGLU of
 // the routed and shared experts in one launch (two where the shapes do not
 // allow), and down + routing weights + shared gate + residual add in one launch.
+#include "backends/cuda/pick.cuh"
 #include "backends/cuda/qdot.cuh"
 #include "backends/cuda/tile_gemv.cuh"
 
@@ -16,44 +17,6 @@ constexpr int kThreads = 256, kWarps = kThreads / 32, kMaxExperts = 1024;
 template <typename Args>
 __device__ __forceinline__ int slot_expert(const Args& a, int slot) {
   return slot < a.top_k ? a.ids[slot] : a.n_experts;
-}
-
-// One warp's top-k of the E <= 32 N expert logits in l (ties to the lower
-// index, as on the CPU): lane t < top_k gets the t-th expert and its logit.
-// Each lane keeps keys that order like the floats for its N entries in
-// registers; each round is a local maximum and two warp reductions
-// (redux.sync). The order is the same for any positive scale of the logits, so
-// the experts can be picked before the RMSNorm factor is known.
-struct Choice {
-  int id;
-  float logit;
-};
-template <int N>
-__device__ Choice pick_experts(const float* l, int E, int top_k) {
-  const int lane = threadIdx.x & 31;
-  // Sign-flipped bits order like the floats and are never 0, which marks the
-  // entries already chosen (and those past E).
-  unsigned key[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int e = lane + 32 * i;
-    const unsigned u = e < E ? __float_as_uint(l[e]) : 0u;
-    key[i] = e >= E ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
-  }
-  Choice c{0, 0.0f};
-  for (int t = 0; t < top_k; ++t) {
-    unsigned best = 0, bi = ~0u;
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-      if (key[i] > best) best = key[i], bi = unsigned(lane + 32 * i);
-    const unsigned top = __reduce_max_sync(kFull, best);
-    const unsigned id = __reduce_min_sync(kFull, best == top ? bi : ~0u);
-    if (lane == t) c.id = int(id), c.logit = l[id];
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-      if (unsigned(lane + 32 * i) == id) key[i] = 0u;
-  }
-  return c;
 }
 
 // The routing weights of a warp's choice (lanes < top_k): the softmax over
@@ -364,7 +327,25 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
          r.top_k <= kMaxTopK && up_tiled(u);
 }
 
+// The choice alone, for its test: one warp, the logits through shared memory
+// as route_up reads them.
+__global__ void pick_kernel(const float* logits, int E, int top_k, int* ids) {
+  __shared__ float p[kMaxExperts];
+  for (int e = int(threadIdx.x); e < E; e += 32) p[e] = logits[e];
+  __syncwarp();
+  const Choice c =
+      E <= 256 ? pick_experts<8>(p, E, top_k) : pick_experts<kMaxExperts / 32>(p, E, top_k);
+  if (int(threadIdx.x) < top_k) ids[threadIdx.x] = c.id;
+}
+
 }  // namespace
+
+cudaError_t pick_top_k(const float* logits, int E, int top_k, int* ids, cudaStream_t st) {
+  if (E < 1 || E > kMaxExperts || top_k < 1 || top_k > std::min(E, 32))
+    return cudaErrorInvalidValue;
+  pick_kernel<<<1, 32, 0, st>>>(logits, E, top_k, ids);
+  return cudaGetLastError();
+}
 
 // A round a warp; tiles of 8 gate and 8 up rows.
 bool up_tiles(const DMat& gate_up, int inter) {
