@@ -12,8 +12,9 @@
 // Round 13 added what a step without PDL's grid-wide hand-off would pay: the
 // consumer polling flags the producer blocks release (per block, one count,
 // per warp), the producer bringing bytes into L2 at its end (does the
-// dependent's wait wait for them?), and a hand-off among the 8 blocks of a
-// cluster through DSMEM.
+// dependent's wait wait for them?), a hand-off among the 8 blocks of a
+// cluster through DSMEM, and producers reducing 2048 floats each into one
+// vector by atomics (split-K's reduction) before the consumer reads it.
 //
 //   cmake --build build --target handoff && build/handoff (or nvcc -O3
 //   -std=c++17 -arch=sm_90a -I src bench/handoff.cu -o handoff)
@@ -48,13 +49,27 @@ __device__ __forceinline__ unsigned long long now() {
 // flag's cost counts against the consumer).
 // ahead: bytes a block brings into L2 (cp.async.bulk.prefetch.L2) after its
 // end stamp, from `far` (whether the dependent's PDL wait waits for them).
+// reduce (before its end stamp): 1, every block adds 2048 floats into x
+// (red.add.f32, as split-K blocks would reduce a vector); 2, every block
+// stores 2048 floats to its own row of `far` (the same bytes, no reduction);
+// 3, red.add.u64 of 2^-32 fixed point into `far`.
 __global__ void producer(float* x, int replicas, float v, Stamp* st, unsigned* flags, bool count,
-                         unsigned epoch, const uint8_t* far, unsigned ahead) {
+                         unsigned epoch, uint8_t* far, unsigned ahead, int reduce) {
   asm volatile("griddepcontrol.launch_dependents;");
   const unsigned long long t0 = now();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int i = blockIdx.x * 32 + threadIdx.x;
   for (int r = 0; r < replicas; ++r) x[size_t(r) * kN + i] = v + float(i);
+  for (int d = int(threadIdx.x); reduce > 0 && d < 2048; d += 32) {
+    const float u = v + 1e-3f * float(d + blockIdx.x);
+    if (reduce == 1)
+      atomicAdd(x + d, u);
+    else if (reduce == 2)
+      reinterpret_cast<float*>(far)[size_t(blockIdx.x) * 2048 + d] = u;
+    else
+      atomicAdd(reinterpret_cast<unsigned long long*>(far) + d,
+                static_cast<unsigned long long>(__float2ll_rn(u * 0x1p32f)));
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     st[blockIdx.x] = {t0, 0, 0, now()};
@@ -240,6 +255,7 @@ void launch(void (*k)(P...), int grid, int block, size_t smem, cudaStream_t s, A
 
 const char* const kStageNames[] = {"stage norm 2K", "stage gated 4K", "stage plain 2K",
                                    "stage plain 4K", "stage wts 4K"};
+const char* const kReduceNames[] = {"2K red.f32 each", "2K stores each", "2K red.u64 each"};
 const char* const kFlagNames[] = {"flags, all", "flag count", "flags, warp", "flags, stage 2K"};
 
 double median(std::vector<double> v) {
@@ -284,10 +300,14 @@ int main() {
   // at the graph's start, pair p's epoch p + 1).
   // R = 200 + m: replicas 8 with the producers bringing m MB into L2 at their
   // end.
-  for (int R : {1, 8, -1, -2, -3, -4, -5, 100, 101, 102, 103, 200, 202, 204, 208, 216}) {
+  // R = 300 + m: replicas 1 with the producers' reduce mode m.
+  for (int R : {1,   8,   -1,  -2,  -3,  -4,  -5,  100, 101, 102,
+                103, 200, 202, 204, 208, 216, 300, 301, 302, 303}) {
     const bool flagged = R >= 100 && R < 200;
-    const unsigned ahead = R >= 200 ? unsigned((size_t(R - 200) << 20) / kProducers) / 16 * 16 : 0;
-    if (R >= 200) R = 8;
+    const unsigned ahead =
+        R >= 200 && R < 300 ? unsigned((size_t(R - 200) << 20) / kProducers) / 16 * 16 : 0;
+    const int reduce = R >= 300 ? R - 300 : 0;
+    if (R >= 200) R = R >= 300 ? 1 : 8;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
@@ -295,7 +315,7 @@ int main() {
     for (int p = 0; p < kPairs; ++p) {
       launch(producer, kProducers, 32, 0, s, x, flagged ? 1 : std::max(R, 1), float(p),
              ps + p * kProducers, flagged ? flags : nullptr, R == 101, unsigned(p + 1),
-             static_cast<const uint8_t*>(far + kAheadMax * p), ahead);
+             reduce > 0 ? far : far + kAheadMax * p, ahead, reduce);
       if (flagged)
         launch(flag_consumer, kConsumers, kThreads, stage_smem, s, static_cast<const float*>(x),
                static_cast<const unsigned*>(flags), R - 100, unsigned(p + 1), out,
@@ -336,10 +356,11 @@ int main() {
     }
     std::printf(
         "%-14s  %10.3f  %10.3f / %.3f  %10.3f / %.3f\n",
-        flagged     ? kFlagNames[R - 100]
-        : ahead > 0 ? ("r8, " + std::to_string(ahead * kProducers >> 20) + " MB ahead").c_str()
-        : R < 0     ? kStageNames[-R - 1]
-                    : ("replicas " + std::to_string(R)).c_str(),
+        flagged      ? kFlagNames[R - 100]
+        : reduce > 0 ? kReduceNames[reduce - 1]
+        : ahead > 0  ? ("r8, " + std::to_string(ahead * kProducers >> 20) + " MB ahead").c_str()
+        : R < 0      ? kStageNames[-R - 1]
+                     : ("replicas " + std::to_string(R)).c_str(),
         median(wait), median(read_med), median(read_max), median(done_med), median(done_max));
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
