@@ -328,13 +328,15 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
 }
 
 // The choice alone, for its test: one warp, the logits through shared memory
-// as route_up reads them.
+// as route_up and the router read them, with the keys a lane that they use
+// (route_up: 8 up to 256 experts, else 16; the router: 32).
 __global__ void pick_kernel(const float* logits, int E, int top_k, int* ids) {
   __shared__ float p[kMaxExperts];
   for (int e = int(threadIdx.x); e < E; e += 32) p[e] = logits[e];
   __syncwarp();
-  const Choice c =
-      E <= 256 ? pick_experts<8>(p, E, top_k) : pick_experts<kMaxExperts / 32>(p, E, top_k);
+  const Choice c = E <= 256   ? pick_experts<8>(p, E, top_k)
+                   : E <= 512 ? pick_experts<tile::kThreads / 32>(p, E, top_k)
+                              : pick_experts<kMaxExperts / 32>(p, E, top_k);
   if (int(threadIdx.x) < top_k) ids[threadIdx.x] = c.id;
 }
 
