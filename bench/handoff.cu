@@ -39,9 +39,7 @@ struct Stamp {
 };
 
 __device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
+  return tern::cuda::global_ns();
 }
 
 // flags: a word a block, or (count) one word all blocks add to; the block
@@ -218,9 +216,9 @@ __global__ void stager(const float* x, const float* gate, const float* norm, int
 
 // The hand-off inside a kernel, among the 8 blocks of a cluster (as a GEMV
 // whose blocks are clustered by the rows a later step needs would do it):
-// each block writes its 32 floats into its shared memory and stamps `end`,
-// the cluster barrier, then every block reads all 8 blocks' floats through
-// DSMEM and stamps `read`. Replays `rounds` times a launch.
+// each block writes its 32 floats into its shared memory and stamps
+// `waited`, the cluster barrier, then every block reads all 8 blocks' floats
+// through DSMEM and stamps `read`.
 constexpr int kCluster = 8;
 __global__ void __cluster_dims__(kCluster, 1, 1) cluster_exchange(float v, Stamp* st) {
   namespace cg = cooperative_groups;

@@ -14,14 +14,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "backends/cuda/common.cuh"
+
 namespace {
 
 constexpr int kD = 2048, kThreads = 512, kLaunches = 200;
 
 __device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
+  return tern::cuda::global_ns();
 }
 
 // mode 0: stores to the block's own row; 1: red.add.f32; 2: red.add.u64 of

@@ -22,9 +22,7 @@ constexpr int kBlocks = 132, kThreads = 512, kLaunches = 20;
 constexpr size_t kSmem = 200 * 1024;
 
 __device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
+  return tern::cuda::global_ns();
 }
 
 __global__ void issue(const uint8_t* src, size_t stride, int n, uint32_t bytes,

@@ -162,6 +162,15 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
+// The GPU-wide nanosecond clock (%globaltimer), for the trace and the
+// micro-benchmarks; the memory clobber keeps the compiler from moving loads
+// across a stamp.
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+
 // Shared-memory classes that place the decode blocks: a wide block (over half
 // an SM's shared memory) never shares an SM with another wide one, and a narrow
 // block (over half of what a wide one leaves) fits once beside a wide one. The

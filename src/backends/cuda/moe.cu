@@ -19,6 +19,12 @@ __device__ __forceinline__ int slot_expert(const Args& a, int slot) {
   return slot < a.top_k ? a.ids[slot] : a.n_experts;
 }
 
+// route_up's pick: keys for just the experts there are (8 a lane up to 256,
+// else 16: route_up takes at most tile::kThreads experts).
+__device__ __forceinline__ Choice pick_routed(const float* p, int E, int top_k) {
+  return E <= 256 ? pick_experts<8>(p, E, top_k) : pick_experts<tile::kThreads / 32>(p, E, top_k);
+}
+
 // The routing weights of a warp's choice (lanes < top_k): the softmax over
 // all experts renormalised over the chosen k, which is the softmax over the k
 // (the full normaliser cancels). `scale` multiplies the logits.
@@ -212,8 +218,7 @@ struct UpJob {
     __syncthreads();
     if (threadIdx.x < 32) {
       const int E = r.W.rows - 1;  // keys in registers for just the experts there are
-      const Choice c = E <= 256 ? pick_experts<8>(p, E, a.top_k)
-                                : pick_experts<tile::kThreads / 32>(p, E, a.top_k);
+      const Choice c = pick_routed(p, E, a.top_k);
       choice()[threadIdx.x] = c;
       if (int(threadIdx.x) < a.top_k) routed()[threadIdx.x] = c.id;
       __syncwarp();
@@ -328,22 +333,22 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
 }
 
 // The choice alone, for its test: one warp, the logits through shared memory
-// as route_up and the router read them, with the keys a lane that they use
-// (route_up: 8 up to 256 experts, else 16; the router: 32).
+// as route_up and the router read them, picked as they pick (the router with
+// 32 keys a lane).
 __global__ void pick_kernel(const float* logits, int E, int top_k, int* ids) {
   __shared__ float p[kMaxExperts];
   for (int e = int(threadIdx.x); e < E; e += 32) p[e] = logits[e];
   __syncwarp();
-  const Choice c = E <= 256   ? pick_experts<8>(p, E, top_k)
-                   : E <= 512 ? pick_experts<tile::kThreads / 32>(p, E, top_k)
-                              : pick_experts<kMaxExperts / 32>(p, E, top_k);
+  const Choice c =
+      E <= tile::kThreads ? pick_routed(p, E, top_k) : pick_experts<kMaxExperts / 32>(p, E, top_k);
   if (int(threadIdx.x) < top_k) ids[threadIdx.x] = c.id;
 }
 
 }  // namespace
 
 cudaError_t pick_top_k(const float* logits, int E, int top_k, int* ids, cudaStream_t st) {
-  if (E < 1 || E > kMaxExperts || top_k < 1 || top_k > std::min(E, 32))
+  if (logits == nullptr || ids == nullptr || E < 1 || E > kMaxExperts || top_k < 1 ||
+      top_k > std::min(E, 32))
     return cudaErrorInvalidValue;
   pick_kernel<<<1, 32, 0, st>>>(logits, E, top_k, ids);
   return cudaGetLastError();

@@ -4,6 +4,7 @@
 // to its end. Without TERN_TRACE the marks compile to nothing.
 #pragma once
 
+#include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
 namespace tern::cuda {
@@ -20,13 +21,6 @@ struct BlockTrace {
   uint32_t kind;
   uint32_t mark[uint32_t(TraceMark::count)] = {};
 };
-
-// The memory clobber keeps the compiler from moving loads across a mark.
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 
 __device__ __forceinline__ BlockTrace trace_begin(uint32_t kind) {
   return {global_ns(), kind};
