@@ -15,6 +15,8 @@
 // dependent's wait wait for them?), a hand-off among the 8 blocks of a
 // cluster through DSMEM, and producers reducing 2048 floats each into one
 // vector by atomics (split-K's reduction) before the consumer reads it.
+// Round 14 added L2 prefetches from a kernel outside the chain (a branch of
+// the graph forked before each producer): does a hand-off wait for them too?
 //
 //   cmake --build build --target handoff && build/handoff (or nvcc -O3
 //   -std=c++17 -arch=sm_90a -I src bench/handoff.cu -o handoff)
@@ -240,6 +242,15 @@ __global__ void __cluster_dims__(kCluster, 1, 1) cluster_exchange(float v, Stamp
   if (t == 0) st[blockIdx.x] = {t0, tw, tr, now() + unsigned(red[0] == -1.0f)};
 }
 
+// A side branch's prefetch: `bytes` at p into L2 from 32 blocks of one
+// warp, 256 KB a bulk prefetch (as round 14's step-graph branch did).
+__global__ void side_prefetch(const uint8_t* p, size_t bytes) {
+  const size_t per = bytes / gridDim.x / 16 * 16, b0 = per * blockIdx.x;
+  constexpr size_t kPiece = 256 * 1024;
+  for (size_t o = threadIdx.x * kPiece; o < per; o += blockDim.x * kPiece)
+    tern::cuda::bulk_prefetch_l2(p + b0 + o, unsigned(per - o < kPiece ? per - o : kPiece));
+}
+
 template <typename... P, typename... A>
 void launch(void (*k)(P...), int grid, int block, size_t smem, cudaStream_t s, A... a) {
   cudaLaunchConfig_t c = {};
@@ -299,8 +310,17 @@ int main() {
   // R = 200 + m: replicas 8 with the producers bringing m MB into L2 at their
   // end.
   // R = 300 + m: replicas 1 with the producers' reduce mode m.
-  for (int R : {1,   8,   -1,  -2,  -3,  -4,  -5,  100, 101, 102,
-                103, 200, 202, 204, 208, 216, 300, 301, 302, 303}) {
+  // R = 400 + m: replicas 8 with a side branch forked before each producer
+  // bringing m MB (a fresh range) into L2 (m = 0: the branch, 16 bytes).
+  cudaStream_t side;
+  cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+  cudaEvent_t fork, join;
+  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
+  for (int R : {1,   8,   -1,  -2,  -3,  -4,  -5,  100, 101, 102, 103, 200, 202,
+                204, 208, 216, 300, 301, 302, 303, 400, 402, 404, 408, 416}) {
+    const int side_mb = R >= 400 ? R - 400 : -1;
+    if (R >= 400) R = 8;
     const bool flagged = R >= 100 && R < 200;
     const unsigned ahead =
         R >= 200 && R < 300 ? unsigned((size_t(R - 200) << 20) / kProducers) / 16 * 16 : 0;
@@ -311,6 +331,12 @@ int main() {
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     if (flagged) cudaMemsetAsync(flags, 0, sizeof(unsigned) * kProducers, s);
     for (int p = 0; p < kPairs; ++p) {
+      if (side_mb >= 0) {
+        cudaEventRecord(fork, s);
+        cudaStreamWaitEvent(side, fork);
+        side_prefetch<<<32, 32, 0, side>>>(far + kAheadMax * p,
+                                           side_mb > 0 ? size_t(side_mb) << 20 : 32 * 16);
+      }
       launch(producer, kProducers, 32, 0, s, x, flagged ? 1 : std::max(R, 1), float(p),
              ps + p * kProducers, flagged ? flags : nullptr, R == 101, unsigned(p + 1),
              reduce > 0 ? far : far + kAheadMax * p, ahead, reduce);
@@ -325,6 +351,10 @@ int main() {
         launch(stager, kConsumers, kThreads, stage_smem, s, static_cast<const float*>(x),
                static_cast<const float*>(gate), static_cast<const float*>(norm), -R,
                tern::cuda::FastDiv(512 / 8), out, cs + p * kConsumers);
+    }
+    if (side_mb >= 0) {
+      cudaEventRecord(join, side);
+      cudaStreamWaitEvent(s, join);
     }
     cudaStreamEndCapture(s, &g);
     cudaGraphInstantiate(&ge, g, 0);
@@ -354,11 +384,12 @@ int main() {
     }
     std::printf(
         "%-14s  %10.3f  %10.3f / %.3f  %10.3f / %.3f\n",
-        flagged      ? kFlagNames[R - 100]
-        : reduce > 0 ? kReduceNames[reduce - 1]
-        : ahead > 0  ? ("r8, " + std::to_string(ahead * kProducers >> 20) + " MB ahead").c_str()
-        : R < 0      ? kStageNames[-R - 1]
-                     : ("replicas " + std::to_string(R)).c_str(),
+        flagged        ? kFlagNames[R - 100]
+        : reduce > 0   ? kReduceNames[reduce - 1]
+        : side_mb >= 0 ? ("r8, side " + std::to_string(side_mb) + " MB").c_str()
+        : ahead > 0    ? ("r8, " + std::to_string(ahead * kProducers >> 20) + " MB ahead").c_str()
+        : R < 0        ? kStageNames[-R - 1]
+                       : ("replicas " + std::to_string(R)).c_str(),
         median(wait), median(read_med), median(read_max), median(done_med), median(done_max));
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
