@@ -7,8 +7,10 @@
 // is per launch.
 //
 //   cmake --build build --target membench && build/membench (or nvcc -O3 -std=c++17
-//   -arch=sm_90a bench/membench.cu -o membench)
+//   -arch=sm_90a -I src bench/membench.cu -o membench)
 #include <cuda_runtime.h>
+
+#include "backends/cuda/common.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -137,11 +139,7 @@ __global__ void __launch_bounds__(kThreads, M == bulk2 ? 2 : 1)
   if (x == 0x9e3779b9u) atomicAdd(sink, 1u);
 }
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
+using tern::cuda::global_ns;
 
 // Whether a load issued after the weights' returns before them: the tile
 // loads go out, then one word of a small L2-resident buffer; thread 0 of each

@@ -251,9 +251,9 @@ Runner add_bench(CLI::App& app) {
                   "CSV of per-block timestamps of two steps at the first --decode length (a tern "
                   "built with -DTERN_TRACE=ON; bench/trace_summary.py reads it)");
   cmd->add_option("--leave-out", o->leave_out,
-                  "Step kernels to leave out, comma-separated (embed, gdn_in, gdn_step, gdn_out, "
-                  "qkv, attention, o_proj, route_up, down, lm_head): the step time "
-                  "without them, for a per-kernel breakdown")
+                  fmt::format("Step kernels to leave out, comma-separated ({}): the step time "
+                              "without them, for a per-kernel breakdown",
+                              fmt::join(cuda::step_kernel_names(), ", ")))
       ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
   return [o, cmd] {
