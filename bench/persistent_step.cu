@@ -28,12 +28,13 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pick.cuh"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -153,31 +154,12 @@ __device__ __forceinline__ void publish(const Args& a, unsigned* counter) {
   atomicAdd(counter, 1u);
 }
 
-// The top 8 of 256 logits (in shared memory) by 8 rounds of a warp's
-// arg-max, lane l holding logits 8l..8l+7; the expert ids land in ids[] (the
-// pool index for this layer).
+// The top 8 of 256 logits (in shared memory) by the engine's pick; the
+// expert ids land in ids[] (the pool index for this layer). One warp.
 __device__ void pick(const float* logits, int layer, int* ids) {
+  const tern::cuda::Choice c = tern::cuda::pick_experts<8>(logits, 256, kRouted);
   const int lane = int(threadIdx.x) & 31;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = logits[lane * 8 + j];
-  for (int r = 0; r < kRouted; ++r) {
-    float best = v[0];
-    int arg = 0;
-#pragma unroll
-    for (int j = 1; j < 8; ++j)
-      if (v[j] > best) best = v[j], arg = j;
-    int who = lane * 8 + arg;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(~0u, best, o);
-      const int ow = __shfl_xor_sync(~0u, who, o);
-      if (ob > best || (ob == best && ow < who)) best = ob, who = ow;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (who == lane * 8 + j) v[j] = -1e30f;
-    if (lane == 0) ids[r] = (who + 256 * (layer % 8)) % kPool;
-  }
+  if (lane < kRouted) ids[lane] = (c.id + 256 * (layer % 8)) % kPool;
 }
 
 // Where tile t of phase p of a layer lies (ids: the routed experts).
@@ -426,54 +408,52 @@ void check(cudaError_t e, const char* what) {
 // stamps (the ring's), and per_sm (blocks an SM: 1 or 2).
 struct Case {
   std::string spec;
-  int slots = 11, gate = 0, ahead = 0, per_sm = 1;
-  bool deps = true, fence = false, burst = false, contiguous = false, touch = true, nib = false,
-       free = false, lean = false, hint = true, stamps = true, bare = false, nopick = false;
-  int pub = 0;
+  int slots = 11, gate = 0, ahead = 0, per_sm = 1, deps = 1, fence = 0, burst = 0, contiguous = 0,
+      touch = 1, nib = 0, free = 0, lean = 0, hint = 1, stamps = 1, bare = 0, nopick = 0, pub = 0;
   explicit Case(std::string s) : spec(std::move(s)) {
+    using Field = int Case::*;
+    struct Knob {
+      const char* key;
+      Field field;
+      int lo, hi;
+    };
+    static constexpr Knob kKnobs[] = {{"slots", &Case::slots, 2, kMaxSlots},
+                                      {"gate", &Case::gate, 0, 4},
+                                      {"ahead", &Case::ahead, 0, 8},
+                                      {"per_sm", &Case::per_sm, 1, 2},
+                                      {"deps", &Case::deps, 0, 1},
+                                      {"fence", &Case::fence, 0, 1},
+                                      {"burst", &Case::burst, 0, 1},
+                                      {"contiguous", &Case::contiguous, 0, 1},
+                                      {"touch", &Case::touch, 0, 1},
+                                      {"nib", &Case::nib, 0, 1},
+                                      {"free", &Case::free, 0, 1},
+                                      {"lean", &Case::lean, 0, 1},
+                                      {"hint", &Case::hint, 0, 1},
+                                      {"stamps", &Case::stamps, 0, 1},
+                                      {"bare", &Case::bare, 0, 1},
+                                      {"nopick", &Case::nopick, 0, 1},
+                                      {"pub", &Case::pub, 0, 2}};
     for (size_t i = 0; i < spec.size();) {
       const size_t end = std::min(spec.find(' ', i), spec.size()), eq = spec.find('=', i);
-      if (eq > end) fail("no '=' in an item of", spec);
-      const std::string key = spec.substr(i, eq - i);
-      const int v = std::atoi(spec.substr(eq + 1, end - eq - 1).c_str());
-      if (key == "slots")
-        slots = std::clamp(v, 2, kMaxSlots);
-      else if (key == "gate")
-        gate = v;
-      else if (key == "ahead")
-        ahead = v;
-      else if (key == "per_sm")
-        per_sm = v == 2 ? 2 : 1;
-      else if (key == "deps")
-        deps = v;
-      else if (key == "fence")
-        fence = v;
-      else if (key == "burst")
-        burst = v;
-      else if (key == "contiguous")
-        contiguous = v;
-      else if (key == "touch")
-        touch = v;
-      else if (key == "nib")
-        nib = v;
-      else if (key == "free")
-        free = v;
-      else if (key == "lean")
-        lean = v;
-      else if (key == "hint")
-        hint = v;
-      else if (key == "stamps")
-        stamps = v;
-      else if (key == "bare")
-        bare = v;
-      else if (key == "nopick")
-        nopick = v;
-      else if (key == "pub")
-        pub = std::clamp(v, 0, 2);
-      else
-        fail("unknown key in", spec);
+      if (eq > end) fail("an item without '=' in", spec);
+      const std::string key = spec.substr(i, eq - i), value = spec.substr(eq + 1, end - eq - 1);
+      const Knob* k = std::find_if(std::begin(kKnobs), std::end(kKnobs),
+                                   [&](const Knob& n) { return key == n.key; });
+      if (k == std::end(kKnobs)) fail(("unknown key '" + key + "' in").c_str(), spec);
+      char* rest = nullptr;
+      const long v = std::strtol(value.c_str(), &rest, 10);
+      if (value.empty() || *rest != '\0' || v < k->lo || v > k->hi)
+        fail(("'" + key + "' takes an integer in [" + std::to_string(k->lo) + ", " +
+              std::to_string(k->hi) + "] in")
+                 .c_str(),
+             spec);
+      this->*k->field = int(v);
       i = end + 1;
     }
+    // Waits nobody would end: bare consumers publish nothing and pick nothing.
+    if (bare && (deps || !free)) fail("bare=1 needs deps=0 free=1 in", spec);
+    if (nopick && !free) fail("nopick=1 needs free=1 in", spec);
   }
   static void fail(const char* what, const std::string& spec) {
     std::fprintf(stderr, "%s case '%s'\n", what, spec.c_str());
@@ -578,7 +558,27 @@ void report_chain(const Args& a, int grid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeats = std::max(1, argc > 1 ? std::atoi(argv[1]) : 5);
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  if (repeats < 1 || repeats > 1000) {
+    std::fprintf(stderr, "usage: persistent_step [repeats 1..1000 [case ...]]\n");
+    return 2;
+  }
+  // The cases first: bad ones are refused before the GPU is touched.
+  std::vector<Case> cases;
+  for (int i = 2; i < argc; ++i) cases.emplace_back(argv[i]);
+  if (cases.empty())
+    for (const char* spec :
+         {// the layers' copies alone, then with the consumers' per-phase work
+          "deps=0 touch=0 free=1 bare=1", "deps=0 touch=0 free=1 bare=1 slots=5 per_sm=2",
+          "deps=0 touch=0 free=1 lean=1", "deps=0 touch=0 free=1 lean=1 pub=2",
+          "deps=0 touch=0 free=1 lean=1 nopick=1 pub=2", "deps=0 free=1", "deps=0",
+          // the chain
+          "deps=1", "deps=1 slots=6", "deps=1 slots=3", "deps=1 fence=1", "deps=1 gate=1",
+          "deps=1 gate=3", "deps=1 burst=1", "deps=1 ahead=6", "deps=1 contiguous=1",
+          "deps=1 pub=1", "deps=1 pub=2", "deps=1 slots=5 per_sm=2", "deps=1 slots=3 per_sm=2",
+          "deps=1 slots=3 per_sm=2 gate=3", "deps=1 slots=5 per_sm=2 fence=1", "deps=1 nib=1",
+          "deps=1 slots=3 per_sm=2 nib=1"})
+      cases.emplace_back(spec);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
@@ -618,21 +618,6 @@ int main(int argc, char** argv) {
       "persistent step: %d SMs, blocks of %d threads, %d layers, %.1f MB a layer (floor "
       "at 4.24 TB/s: %.2f us), medians of %d launches\n",
       sms, kThreads, kLayers, layer_bytes / 1e6, layer_bytes / 4.24e12 * 1e6, repeats);
-  std::vector<Case> cases;
-  for (int i = 2; i < argc; ++i) cases.emplace_back(argv[i]);
-  if (cases.empty())
-    for (const char* spec :
-         {// the layers' copies alone, then with the consumers' per-phase work
-          "deps=0 touch=0 free=1 bare=1", "deps=0 touch=0 free=1 bare=1 slots=5 per_sm=2",
-          "deps=0 touch=0 free=1 lean=1", "deps=0 touch=0 free=1 lean=1 pub=2",
-          "deps=0 touch=0 free=1 lean=1 nopick=1 pub=2", "deps=0 free=1", "deps=0",
-          // the chain
-          "deps=1", "deps=1 slots=6", "deps=1 slots=3", "deps=1 fence=1", "deps=1 gate=1",
-          "deps=1 gate=3", "deps=1 burst=1", "deps=1 ahead=6", "deps=1 contiguous=1",
-          "deps=1 pub=1", "deps=1 pub=2", "deps=1 slots=5 per_sm=2", "deps=1 slots=3 per_sm=2",
-          "deps=1 slots=3 per_sm=2 gate=3", "deps=1 slots=5 per_sm=2 fence=1", "deps=1 nib=1",
-          "deps=1 slots=3 per_sm=2 nib=1"})
-      cases.emplace_back(spec);
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
