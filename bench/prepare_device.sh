@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds here what bench/device_run.sh runs on the GPU machine (which has no
-# fmt, spdlog, PCRE2, utf8proc or GoogleTest) and puts it in bench/prebuilt
+# fmt, spdlog, PCRE2, utf8proc, cairo or GoogleTest) and puts it in bench/prebuilt
 # (git-ignored; name it in the device call's `carry`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=ON >/dev/n
 cmake --build build -j "$(nproc)" --target tern test_cuda
 rm -rf bench/prebuilt && mkdir -p bench/prebuilt/lib
 cp build/tern build/test_cuda bench/prebuilt/
-for lib in $(ldd build/tern build/test_cuda | awk '/spdlog|fmt|pcre2|utf8proc/ {print $3}' | sort -u); do
+# Every shared library the binaries load but the C and C++ runtimes (cairo, for
+# --plot's PNGs, brings its own: pixman, freetype, fontconfig, the X client libraries).
+for lib in $(ldd build/tern build/test_cuda |
+  awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libgcc_s|libstdc\+\+|ld-linux)/ {print $3}' | sort -u); do
   cp -L "$lib" bench/prebuilt/lib/
 done
 pwd >bench/prebuilt/SOURCE_DIR

@@ -4,19 +4,20 @@
 // median over repeats of tok/s and ms/token, bytes moved per token, achieved
 // GB/s and the fraction of the roofline floor (bytes / device-to-device copy
 // bandwidth measured in the same run), and the launch overhead of a graph of
-// as many empty kernels as the step has. Table on stdout, JSON and an SVG plot
-// on request.
+// as many empty kernels as the step has. Table on stdout, JSON and a plot (SVG
+// or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "backends/cuda/step_kernels.h"
 #include "cli/commands.h"
+#include "cli/plot.h"
 #include "core/error.h"
 #include "engine/backend.h"
 #ifdef TERN_HAVE_CUDA
@@ -58,51 +59,6 @@ struct BenchOptions {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// tok/s against context length, log2 x axis, written by hand.
-[[maybe_unused]] void write_svg(const std::string& path, const nlohmann::json& rows) {
-  const double W = 720, H = 420, L = 70, R = 20, T = 30, B = 50;
-  double ymax = 0;
-  for (const auto& r : rows)
-    ymax = std::max({ymax, r["tok_s"].get<double>(), r["floor_tok_s"].get<double>()});
-  ymax *= 1.1;
-  const double x0 = std::log2(rows.front()["context"].get<double>());
-  const double x1 = std::max(x0 + 1, std::log2(rows.back()["context"].get<double>()));
-  auto X = [&](double c) { return L + (std::log2(c) - x0) / (x1 - x0) * (W - L - R); };
-  auto Y = [&](double y) { return H - B - y / ymax * (H - T - B); };
-  std::ofstream f(path);
-  if (!f) fail("cannot write {}", path);
-  f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-       "fill='white'/>\n";
-  f << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B
-    << "' stroke='black'/>\n";
-  f << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
-    << "' stroke='black'/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double y = ymax * i / 5;
-    f << "<text x='" << L - 6 << "' y='" << Y(y) + 4 << "' text-anchor='end'>" << int(y)
-      << "</text>\n";
-  }
-  for (const auto& r : rows) {
-    const double c = r["context"].get<double>();
-    f << "<text x='" << X(c) << "' y='" << H - B + 16 << "' text-anchor='middle'>"
-      << (c >= 1024 ? std::to_string(int(c / 1024)) + "K" : std::to_string(int(c))) << "</text>\n";
-  }
-  auto line = [&](const char* key, const char* colour, const char* dash) {
-    f << "<polyline fill='none' stroke='" << colour << "' stroke-width='2' stroke-dasharray='"
-      << dash << "' points='";
-    for (const auto& r : rows)
-      f << X(r["context"].get<double>()) << "," << Y(r[key].get<double>()) << " ";
-    f << "'/>\n";
-  };
-  line("floor_tok_s", "gray", "6,4");
-  line("tok_s", "steelblue", "none");
-  f << "<text x='" << L + 10 << "' y='" << T + 4
-    << "'>decode tok/s (blue) vs bandwidth floor (gray), by context</text>\n";
-  f << "<text x='" << (W + L) / 2 << "' y='" << H - 10
-    << "' text-anchor='middle'>context length</text>\n</svg>\n";
 }
 
 #ifdef TERN_HAVE_CUDA
@@ -223,7 +179,13 @@ int run_bench(const BenchOptions& o) {
     if (!f) fail("cannot write {}", o.json);
     f << j.dump(2) << "\n";
   }
-  if (!o.plot.empty()) write_svg(o.plot, rows);
+  if (!o.plot.empty()) {
+    std::vector<PlotPoint> points;
+    for (const auto& r : rows)
+      points.push_back(
+          {r["context"].get<double>(), r["tok_s"].get<double>(), r["floor_tok_s"].get<double>()});
+    write_decode_plot(o.plot, points);
+  }
   return 0;
 #endif
 }
@@ -238,11 +200,21 @@ Runner add_bench(CLI::App& app) {
                   "Random weights of a preset shape, made on the GPU (35b-a3b, tiny)");
   cmd->add_option("--backend", o->backend, "cuda")->check(CLI::IsMember({"cuda"}));
   cmd->add_option("--decode", o->decode, "Comma-separated context lengths");
-  cmd->add_option("--gen", o->gen, "Timed tokens per repeat")->check(CLI::PositiveNumber);
+  cmd->add_option("--gen", o->gen, "Timed tokens per repeat")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--repeat", o->repeat, "Repeats (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--json", o->json, "Write the results as JSON");
-  cmd->add_option("--plot", o->plot, "Write tok/s against context as SVG");
+  cmd->add_option("--plot", o->plot,
+                  "Write tok/s against context as SVG or PNG (by the file's extension)")
+      ->check([](const std::string& path) {
+        try {
+          plot_format(path);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
   cmd->add_option("--seed", o->seed, "Seed of the random weights, contexts and sampler");
   cmd->add_flag("--sample", o->sample,
                 "Time decode with the GPU sampler (temperature 0.8, top-k 40, top-p 0.95, "

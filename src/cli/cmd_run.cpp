@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "cli/commands.h"
@@ -113,8 +114,10 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids")->delimiter(',');
   cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user turn of the chat template");
   cmd->add_flag("--no-thinking", o->no_thinking, "With --chat: an empty think block");
-  cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--chunk", o->chunk, "Prefill chunk size")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  cmd->add_option("--chunk", o->chunk, "Prefill chunk size")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
   cmd->add_option("--temperature", o->sampling.temperature, "0: greedy");
   cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: off)");
