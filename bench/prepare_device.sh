@@ -11,7 +11,7 @@ cp build/tern build/test_cuda bench/prebuilt/
 # Every shared library the binaries load but the C and C++ runtimes (cairo, for
 # --plot's PNGs, brings its own: pixman, freetype, fontconfig, the X client libraries).
 for lib in $(ldd build/tern build/test_cuda |
-  awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libgcc_s|libstdc\+\+|ld-linux)/ {print $3}' | sort -u); do
+  awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libgcc_s|libstdc\+\+)\.so|^ld-linux/ {print $3}' | sort -u); do
   cp -L "$lib" bench/prebuilt/lib/
 done
 pwd >bench/prebuilt/SOURCE_DIR
