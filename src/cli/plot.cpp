@@ -4,6 +4,7 @@
 #include "cli/plot.h"
 
 #include <cairo.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
@@ -133,19 +134,24 @@ std::string context_label(double c) {
 
 void draw(Canvas& cv, std::span<const PlotPoint> pts) {
   const double L = 70, R = 20, T = 30, B = 50;
-  double ymax = 0;
-  for (const PlotPoint& p : pts) ymax = std::max({ymax, p.tok_s, p.floor_tok_s});
-  ymax = ymax > 0 ? ymax * 1.1 : 1.0;
+  double top = 0;
+  for (const PlotPoint& p : pts) top = std::max({top, p.tok_s, p.floor_tok_s});
+  // Round ticks: a step of 1, 2 or 5 times a power of ten, about five of them.
+  const double raw = std::max(top, 1.0) * 1.05 / 5, mag = std::pow(10, std::floor(std::log10(raw)));
+  const double step = raw <= mag       ? mag
+                      : raw <= 2 * mag ? 2 * mag
+                      : raw <= 5 * mag ? 5 * mag
+                                       : 10 * mag;
+  const int ticks = int(std::ceil(std::max(top, 1.0) * 1.05 / step));
+  const double ymax = ticks * step;
   const double x0 = std::log2(pts.front().context);
   const double x1 = std::max(x0 + 1, std::log2(pts.back().context));
   auto X = [&](double c) { return L + (std::log2(c) - x0) / (x1 - x0) * (kWidth - L - R); };
   auto Y = [&](double y) { return kHeight - B - y / ymax * (kHeight - T - B); };
   const Rgb black{0, 0, 0}, gray{128, 128, 128}, blue{70, 130, 180};
   cv.polyline({{L, T}, {L, kHeight - B}, {kWidth - R, kHeight - B}}, black, 1, false);
-  for (int i = 0; i <= 5; ++i) {
-    const double y = ymax * i / 5;
-    cv.text(L - 6, Y(y) + 4, std::to_string(int(y)), Anchor::end);
-  }
+  for (int i = 0; i <= ticks; ++i)
+    cv.text(L - 6, Y(i * step) + 4, fmt::format("{:g}", i * step), Anchor::end);
   for (const PlotPoint& p : pts)
     cv.text(X(p.context), kHeight - B + 16, context_label(p.context), Anchor::middle);
   auto curve = [&](double PlotPoint::*value) {
