@@ -86,6 +86,7 @@ int run_bench(const BenchOptions& o) {
   if (o.backend != "cuda") fail("tern bench: only --backend cuda is supported");
   if (o.model.empty() == o.dummy.empty())
     fail("tern bench: give exactly one of --model and --dummy");
+  const std::vector<int64_t> lengths = parse_lengths(o.decode);  // before the weights are made
   std::unique_ptr<cuda::CudaBackend> be;
   if (!o.dummy.empty()) {
     ModelConfig cfg = parse_config(preset_config(o.dummy), "preset " + o.dummy);
@@ -95,7 +96,6 @@ int run_bench(const BenchOptions& o) {
   }
   be->leave_out({o.leave_out.begin(), o.leave_out.end()});
   const ModelConfig& c = be->config();
-  const std::vector<int64_t> lengths = parse_lengths(o.decode);
   const double copy_bw = cuda::copy_bandwidth();
   auto seq = be->new_sequence();
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;

@@ -77,6 +77,14 @@ head -c 1000 "$W/tiny/model.safetensors" >"$W/broken/model.safetensors" && cp "$
 expect_error "truncated weights" "model.safetensors" "$TERN" run --model "$W/broken" --prompt-ids 1
 expect_error "unknown kernel to leave out" "unknown step kernel 'bogus'" "$TERN" bench --dummy tiny --leave-out lm_head,bogus
 expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "$W/tiny" --out "$W/c"
+expect_error "bad context length" "--decode: 'x' is not a positive context length" "$TERN" bench --dummy tiny --decode 4096,x
+# Exit 105: CLI11's own validation, which refuses the flag before anything runs.
+"$TERN" bench --dummy tiny --plot "$W/p.jpg" >/dev/null 2>"$W/err"
+[ $? -eq 105 ] && grep -qF "plot file '$W/p.jpg' must end in .svg or .png" "$W/err" && ok || bad "--plot p.jpg: $(cat "$W/err")"
+# Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
+if ! command -v nvidia-smi >/dev/null; then
+  expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

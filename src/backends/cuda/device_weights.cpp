@@ -32,6 +32,17 @@ void check_supported(const ModelConfig& c) {
     fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
 }
 
+namespace {
+// A GPU to run on, or an error that says so (the first allocation would
+// otherwise fail in the runtime's words, e.g. about driver versions).
+void require_gpu() {
+  int n = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
+    fail("CUDA backend: no usable GPU ({})", cudaGetErrorString(e));
+  if (n == 0) fail("CUDA backend: no GPU found");
+}
+}  // namespace
+
 DeviceWeights::~DeviceWeights() {
   for (void* p : ptrs_) cudaFree(p);
 }
@@ -116,6 +127,7 @@ void put_vec(float* d, const std::vector<float>& v) {
 std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
   const ModelConfig& c = w.cfg;
   check_supported(c);
+  require_gpu();
   std::unique_ptr<DeviceWeights> d(new DeviceWeights);
   d->cfg = c;
   const int D = c.hidden, E = c.n_experts, I = c.moe_inter;
@@ -178,6 +190,7 @@ void DeviceWeights::tile_matrices() {
 
 std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint64_t seed) {
   check_supported(c);
+  require_gpu();
   std::unique_ptr<DeviceWeights> d(new DeviceWeights);
   d->cfg = c;
   uint64_t next = seed * 1000003ull;
