@@ -121,6 +121,7 @@ int run_bench(const BenchOptions& o) {
   std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
               "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<PlotPoint> points;
   for (int64_t L : lengths) {
     be->fill_synthetic(*seq, L, o.seed + uint64_t(L));
     std::vector<double> secs;
@@ -143,6 +144,7 @@ int run_bench(const BenchOptions& o) {
                     {"floor_tok_s", floor_tok_s},
                     {"fraction_of_floor", tok_s / floor_tok_s},
                     {"seconds_per_repeat", secs}});
+    points.push_back({double(L), tok_s, floor_tok_s});
     if (!o.trace.empty() && L == lengths.front()) {
       be->set_length(*seq, L);
       write_trace(o.trace, be->trace_steps(*seq, 2));
@@ -179,13 +181,7 @@ int run_bench(const BenchOptions& o) {
     if (!f) fail("cannot write {}", o.json);
     f << j.dump(2) << "\n";
   }
-  if (!o.plot.empty()) {
-    std::vector<PlotPoint> points;
-    for (const auto& r : rows)
-      points.push_back(
-          {r["context"].get<double>(), r["tok_s"].get<double>(), r["floor_tok_s"].get<double>()});
-    write_decode_plot(o.plot, points);
-  }
+  if (!o.plot.empty()) write_decode_plot(o.plot, points);
   return 0;
 #endif
 }

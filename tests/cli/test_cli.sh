@@ -12,13 +12,13 @@ fail=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
-# expect_error "what" "text in stderr" cmd...: exit code 1 and the text on stderr.
+# expect_error "what" "text in stderr" cmd...: exit code 1 (RC=n: n) and the text on stderr.
 expect_error() {
-  local what="$1" text="$2"
+  local what="$1" text="$2" want="${RC:-1}"
   shift 2
   "$@" >"$W/out" 2>"$W/err"
   local rc=$?
-  if [ $rc -ne 1 ]; then bad "$what: exit code $rc (want 1)"; cat "$W/err"; return; fi
+  if [ $rc -ne "$want" ]; then bad "$what: exit code $rc (want $want)"; cat "$W/err"; return; fi
   if ! grep -qF -- "$text" "$W/err"; then bad "$what: stderr lacks '$text'"; cat "$W/err"; return; fi
   ok
 }
@@ -79,8 +79,7 @@ expect_error "unknown kernel to leave out" "unknown step kernel 'bogus'" "$TERN"
 expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "$W/tiny" --out "$W/c"
 expect_error "bad context length" "--decode: 'x' is not a positive context length" "$TERN" bench --dummy tiny --decode 4096,x
 # Exit 105: CLI11's own validation, which refuses the flag before anything runs.
-"$TERN" bench --dummy tiny --plot "$W/p.jpg" >/dev/null 2>"$W/err"
-[ $? -eq 105 ] && grep -qF "plot file '$W/p.jpg' must end in .svg or .png" "$W/err" && ok || bad "--plot p.jpg: $(cat "$W/err")"
+RC=105 expect_error "plot extension" "plot file '$W/p.jpg' must end in .svg or .png" "$TERN" bench --dummy tiny --plot "$W/p.jpg"
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
 if ! command -v nvidia-smi >/dev/null; then
   expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1

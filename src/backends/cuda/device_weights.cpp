@@ -32,16 +32,19 @@ void check_supported(const ModelConfig& c) {
     fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
 }
 
-namespace {
-// A GPU to run on, or an error that says so (the first allocation would
-// otherwise fail in the runtime's words, e.g. about driver versions).
-void require_gpu() {
+// Empty weights for config c, once c is one the kernels take and there is a
+// GPU to run on (without one, the first allocation would fail in the runtime's
+// words, e.g. about driver versions).
+std::unique_ptr<DeviceWeights> DeviceWeights::empty(const ModelConfig& c) {
+  check_supported(c);
   int n = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
     fail("CUDA backend: no usable GPU ({})", cudaGetErrorString(e));
   if (n == 0) fail("CUDA backend: no GPU found");
+  std::unique_ptr<DeviceWeights> d(new DeviceWeights);
+  d->cfg = c;
+  return d;
 }
-}  // namespace
 
 DeviceWeights::~DeviceWeights() {
   for (void* p : ptrs_) cudaFree(p);
@@ -126,10 +129,7 @@ void put_vec(float* d, const std::vector<float>& v) {
 
 std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
   const ModelConfig& c = w.cfg;
-  check_supported(c);
-  require_gpu();
-  std::unique_ptr<DeviceWeights> d(new DeviceWeights);
-  d->cfg = c;
+  std::unique_ptr<DeviceWeights> d = empty(c);
   const int D = c.hidden, E = c.n_experts, I = c.moe_inter;
   auto mat = [&](const std::vector<const QTensor*>& parts, int bits) {
     int rows = 0;
@@ -189,10 +189,7 @@ void DeviceWeights::tile_matrices() {
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint64_t seed) {
-  check_supported(c);
-  require_gpu();
-  std::unique_ptr<DeviceWeights> d(new DeviceWeights);
-  d->cfg = c;
+  std::unique_ptr<DeviceWeights> d = empty(c);
   uint64_t next = seed * 1000003ull;
   // Uniform codes; scale and bias chosen so that w has mean ~0 and std ~sigma.
   auto mat = [&](int rows, int cols, int bits, float sigma) {

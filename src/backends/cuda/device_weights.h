@@ -43,6 +43,7 @@ class DeviceWeights {
 
  private:
   DeviceWeights() = default;
+  static std::unique_ptr<DeviceWeights> empty(const ModelConfig& c);
   void* alloc(size_t bytes);
   DMat alloc_mat(int rows, int cols, int bits);
   float* alloc_vec(size_t n);
