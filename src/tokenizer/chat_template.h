@@ -1,6 +1,6 @@
 // The Qwen3.5/3.6 chat format, rendered natively: the same text that
 // transformers' apply_chat_template gives with the Qwen3.5 template
-// (shared/fixtures/chat-template/qwen3.5.jinja), without a Jinja engine.
+// (tests/data/chat-template/qwen3.5.jinja), without a Jinja engine.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -3,6 +3,8 @@
 # clear errors (exit 1, a message naming the problem, no crash) on bad input.
 set -u
 TERN="$1"
+TOK="$2"  # the Qwen3 tokenizer files (npm, scripts/setup.sh)
+[ -f "$TOK/tokenizer.json" ] || { echo "no tokenizer.json in '$TOK'"; exit 1; }
 GOLDEN="$(cd "$(dirname "$0")/../data/golden" && pwd)"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
@@ -38,7 +40,6 @@ done
 cmp -s "$W/s1" "$W/s2" && ok || bad "seeded sampling not repeatable"
 
 # Text in, text out, with the Qwen3 tokenizer copied into the checkpoint.
-TOK="$(cd "$(dirname "$0")/../../../shared/fixtures/tokenizer/qwen3" && pwd)"
 "$TERN" make-dummy --preset tiny --seed 3 --out "$W/tok" --tokenizer "$TOK" 2>/dev/null || bad "make-dummy --tokenizer"
 "$TERN" run --model "$W/tok" --prompt "Hello, world" --max-tokens 6 --ignore-eos >"$W/text" 2>"$W/text.err" && ok || bad "run --prompt"
 grep -q "prompt: 3 tokens" "$W/text.err" && ok || bad "prompt not tokenized to 3 ids: $(cat "$W/text.err")"

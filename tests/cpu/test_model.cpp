@@ -157,7 +157,7 @@ TEST(Model, ConvertRoundTripsAndMatchesQuantisingAtLoad) {
 }
 
 TEST(Model, DummyWithTokenizerCoversItsVocabulary) {
-  const std::string tok = std::string(TERN_SOURCE_DIR) + "/../shared/fixtures/tokenizer/qwen3";
+  const std::string tok = TERN_QWEN3_TOKENIZER;
   const std::string out = test::scratch_dir("with_tokenizer");
   DummyOptions o;
   o.out_dir = out;

