@@ -101,7 +101,7 @@ int run_bench(const BenchOptions& o) {
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
   be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
   const SamplingParams sampling = o.sample ? chat_sampling(o.seed) : SamplingParams{};
-  be->set_sampling(*seq, sampling, {});
+  be->start_sampling(*seq, sampling, {});
   const std::string choice =
       o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"
                : "greedy (arg-max)";

@@ -82,7 +82,8 @@ int run_generation(const RunOptions& o) {
   }
   auto t1 = t0;  // when the first token arrives: prefill ends, decode starts
   int generated = 0;
-  backend->generate(*seq, context, prompt.back(), o.sampling, o.max_tokens, [&](int32_t next) {
+  backend->start_sampling(*seq, o.sampling, prompt);
+  backend->generate(*seq, prompt.back(), o.max_tokens, [&](int32_t next) {
     if (generated++ == 0) t1 = Clock::now();
     if (text)
       std::fputs(text->push(next).c_str(), stdout);

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include "model/weights.h"
 
@@ -18,7 +20,14 @@ namespace tern {
 class Sequence {
  public:
   virtual ~Sequence() = default;
+  Sequence() = default;
+  Sequence(const Sequence&) = delete;  // backends' sequences own their buffers
+  Sequence& operator=(const Sequence&) = delete;
   int64_t length() const { return length_; }
+  // The completion in progress (Backend::start_sampling): penalty counts and
+  // draw counter, carried across generate() calls. Backends that sample on
+  // the device keep that state there instead.
+  std::optional<Sampler> sampler;
 
  protected:
   int64_t length_ = 0;
@@ -34,18 +43,30 @@ class Backend {
   // last token ([vocab]) or for every token ([n, vocab]) into `logits`.
   virtual void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                        std::vector<float>& logits) = 0;
-  // Streams tokens: feeds `first` after the tokens in `seq` (`history`: those
-  // tokens, for the penalties; `first` counts too), then each chosen token,
-  // calling on_token with every choice in order until it returns false or
-  // max_tokens were chosen. Afterwards `seq` holds every delivered token but
-  // the last one when max_tokens ended the run; when on_token ended it, the
-  // last one is fed too (the CUDA backend runs one step ahead of the caller,
-  // and every backend does the same). The default runs forward() and Sampler.
-  virtual void generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
-                        const SamplingParams& p, int max_tokens,
-                        const std::function<bool(int32_t)>& on_token);
+  // Starts a completion on `seq`: sampling parameters `p`, penalty counts of
+  // `history` (the tokens the penalties look back on: the prompt, the last
+  // token that generate() feeds included), draw counter 0.
+  virtual void start_sampling(Sequence& seq, const SamplingParams& p,
+                              std::span<const int32_t> history);
+  // Streams tokens of the completion started on `seq`: feeds `first` after the
+  // tokens in `seq`, then each chosen token, calling on_token with every choice
+  // in order until it returns false or max_tokens were chosen. Afterwards `seq`
+  // holds every delivered token but the last one when max_tokens ended the
+  // run; when on_token ended it, the last one is fed too (the CUDA backend runs
+  // one step ahead of the caller, and every backend does the same). Several
+  // calls (each `first` the previous call's last token) choose exactly what
+  // one call would. With a constraint, only the tokens it allows are drawn.
+  // The default runs forward() and seq.sampler.
+  virtual void generate(Sequence& seq, int32_t first, int max_tokens,
+                        const std::function<bool(int32_t)>& on_token,
+                        TokenConstraint* constraint = nullptr);
   virtual const ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
+
+ protected:
+  // A sampling history must be ids of the vocabulary, at most the tokens in
+  // seq and the one generate() feeds next.
+  void check_history(const Sequence& seq, std::span<const int32_t> history) const;
 };
 
 std::unique_ptr<Backend> make_backend(const std::string& name,

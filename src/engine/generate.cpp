@@ -1,20 +1,52 @@
-// The default Backend::generate: forward() one token at a time and the CPU
-// Sampler on its logits. In tern_sampling, below the backends that inherit it.
+// The default Backend::start_sampling and generate: forward() one token at a
+// time and the sequence's Sampler on its logits, masked by the constraint.
+// In tern_sampling, below the backends that inherit it.
+#include <cmath>
+
+#include "core/error.h"
 #include "engine/backend.h"
 
 namespace tern {
 
-void Backend::generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
-                       const SamplingParams& p, int max_tokens,
-                       const std::function<bool(int32_t)>& on_token) {
-  Sampler sampler(p, config().vocab);
-  for (int32_t t : history) sampler.feed(t);
+void apply_mask(std::span<float> logits, std::span<const uint32_t> words) {
+  TERN_CHECK(words.size() == mask_words(int(logits.size())));
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!(words[i / 32] >> (i % 32) & 1u)) logits[i] = -INFINITY;
+}
+
+void Backend::check_history(const Sequence& seq, std::span<const int32_t> history) const {
+  if (int64_t(history.size()) > seq.length() + 1)
+    fail("a sampling history of {} tokens for a sequence of {} (at most one more)", history.size(),
+         seq.length());
+  for (int32_t t : history)
+    if (t < 0 || t >= config().vocab)
+      fail("token id {} is outside the vocabulary [0, {})", t, config().vocab);
+}
+
+void Backend::start_sampling(Sequence& seq, const SamplingParams& p,
+                             std::span<const int32_t> history) {
+  check_history(seq, history);
+  Sampler s(p, config().vocab);
+  for (int32_t t : history) s.count(t);
+  seq.sampler.emplace(std::move(s));
+}
+
+void Backend::generate(Sequence& seq, int32_t first, int max_tokens,
+                       const std::function<bool(int32_t)>& on_token, TokenConstraint* constraint) {
+  if (!seq.sampler) fail("generate() before start_sampling()");
+  Sampler& sampler = *seq.sampler;
   std::vector<float> logits;
+  std::vector<uint32_t> mask;
   int32_t token = first;
   for (int n = 0; n < max_tokens; ++n) {
     forward(seq, std::span(&token, 1), Logits::last, logits);
-    sampler.feed(token);
+    if (constraint && !constraint->unconstrained()) {
+      mask.assign(mask_words(config().vocab), 0);
+      constraint->allowed(mask);
+      apply_mask(logits, mask);
+    }
     token = sampler.next(logits);
+    if (constraint) constraint->accept(token);
     if (!on_token(token)) {
       if (n + 1 < max_tokens) forward(seq, std::span(&token, 1), Logits::last, logits);
       return;

@@ -107,12 +107,16 @@ Sampler::Sampler(const SamplingParams& p, int vocab) : p_(p), counts_(size_t(voc
   validate(p);
 }
 
-void Sampler::feed(int32_t token) {
-  if (token >= 0 && size_t(token) < counts_.size()) counts_[size_t(token)]++;
+void Sampler::count(int32_t token) {
+  if (token < 0 || size_t(token) >= counts_.size())
+    fail("token id {} is outside the vocabulary [0, {})", token, counts_.size());
+  counts_[size_t(token)]++;
 }
 
 int32_t Sampler::next(std::span<const float> logits) {
-  return sample_token(logits, counts_, p_, step_++);
+  const int32_t t = sample_token(logits, counts_, p_, step_++);
+  counts_[size_t(t)]++;
+  return t;
 }
 
 }  // namespace tern

@@ -53,14 +53,18 @@ int32_t argmax(std::span<const float> logits);
 int32_t sample_token(std::span<const float> logits, std::span<const int32_t> counts,
                      const SamplingParams& p, uint64_t step);
 
-// sample_token over a growing history, one step per draw.
+// sample_token over a growing history, one draw per call: the state of one
+// completion (penalty counts, draw counter), which a Sequence carries so that a
+// completion split over several generate() calls draws what one call would.
 class Sampler {
  public:
   Sampler(const SamplingParams& p, int vocab);
-  // Counts a token fed to the model (the penalties look at it).
-  void feed(int32_t token);
-  // The next token (not yet counted: feed it when it is fed to the model).
+  // Counts a token of the history (the penalties look at it).
+  void count(int32_t token);
+  // The next token, counted as history from then on.
   int32_t next(std::span<const float> logits);
+  const SamplingParams& params() const { return p_; }
+  uint64_t draws() const { return step_; }
 
  private:
   SamplingParams p_;

@@ -28,7 +28,8 @@ TEST(Generate, GreedyEqualsForwardAndArgmax) {
   const auto context = std::span(prompt).first(3);
   be.forward(*s, context, Logits::last, logits);
   std::vector<int32_t> got;
-  be.generate(*s, context, prompt.back(), SamplingParams{}, 12, [&](int32_t t) {
+  be.start_sampling(*s, SamplingParams{}, prompt);
+  be.generate(*s, prompt.back(), 12, [&](int32_t t) {
     got.push_back(t);
     return true;
   });
@@ -44,7 +45,8 @@ TEST(Generate, StoppingFeedsTheLastToken) {
   p.seed = 5;
   auto run = [&](int stop_after, std::vector<int32_t>& ids) {
     auto s = be.new_sequence();
-    be.generate(*s, {}, 7, p, 100, [&](int32_t t) {
+    be.start_sampling(*s, p, std::vector<int32_t>{7});
+    be.generate(*s, 7, 100, [&](int32_t t) {
       ids.push_back(t);
       return int(ids.size()) < stop_after;
     });

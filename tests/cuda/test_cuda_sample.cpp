@@ -158,12 +158,11 @@ TEST(CudaSampler, GraphReplaysFollowTheCpuSampler) {
   ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   Sampler cpu(c.p, V);
-  for (int32_t t : c.history) cpu.feed(t);
+  for (int32_t t : c.history) cpu.count(t);
   for (int i = 0; i < kSteps; ++i) {
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     const int32_t want = cpu.next(c.logits);
-    cpu.feed(want);
     ASSERT_EQ(to_host(d.ints.get() + 1, 1)[0], want) << "step " << i;
   }
   cudaGraphExecDestroy(exec);
@@ -174,11 +173,11 @@ TEST(CudaSampler, GraphReplaysFollowTheCpuSampler) {
 std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<int32_t>& history,
                                   const SamplingParams& p, int max_tokens, int stop_after) {
   std::vector<int32_t> ids;
-  be.generate(s, std::span(history).first(history.size() - 1), history.back(), p, max_tokens,
-              [&](int32_t t) {
-                ids.push_back(t);
-                return int(ids.size()) < stop_after;
-              });
+  be.start_sampling(s, p, history);
+  be.generate(s, history.back(), max_tokens, [&](int32_t t) {
+    ids.push_back(t);
+    return int(ids.size()) < stop_after;
+  });
   return ids;
 }
 

@@ -174,24 +174,29 @@ TEST(Sampler, SeededRunsRepeatAndSeedsDiffer) {
     p.seed = seed;
     Sampler s(p, 500);
     std::vector<int32_t> ids;
-    for (int i = 0; i < 50; ++i) {
-      ids.push_back(s.next(c.logits));
-      s.feed(ids.back());
-    }
+    for (int i = 0; i < 50; ++i) ids.push_back(s.next(c.logits));
     return ids;
   };
   EXPECT_EQ(run(1), run(1));
   EXPECT_NE(run(1), run(2));
 }
 
-TEST(Sampler, SamplerCountsWhatItIsFed) {
+// The history it is given, then every token it chose, at the draw's number.
+TEST(Sampler, SamplerCountsItsHistoryAndItsChoices) {
   std::mt19937 g(8);
   for (int i = 0; i < 100; ++i) {
-    const SampleCase c = random_case(g, 200, 0.0f);
+    SampleCase c = random_case(g, 200, 0.0f);
     Sampler s(c.p, 200);
-    for (int32_t t : c.history) s.feed(t);
-    EXPECT_EQ(s.next(c.logits), sample_token(c.logits, counts_of(c.history, 200), c.p, 0));
+    for (int32_t t : c.history) s.count(t);
+    for (uint64_t step = 0; step < 3; ++step) {
+      const int32_t want = sample_token(c.logits, counts_of(c.history, 200), c.p, step);
+      EXPECT_EQ(s.next(c.logits), want);
+      c.history.push_back(want);
+    }
+    EXPECT_EQ(s.draws(), 3u);
   }
+  Sampler s(SamplingParams{}, 10);
+  EXPECT_THROW(s.count(10), Error);
 }
 
 TEST(Sampler, RejectsBadParams) {

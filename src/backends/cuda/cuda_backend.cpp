@@ -12,7 +12,7 @@ namespace tern::cuda {
 
 namespace {
 constexpr int kInitialCapacity = 4096;
-enum Slot { kPos = 0, kToken = 1, kStep = 2 };
+enum Slot { kPos = 0, kToken = 1, kStep = 2, kSavedStep = 3 };
 
 // Seconds the work enqueued by enqueue() takes on stream st (CUDA events).
 template <typename F>
@@ -32,8 +32,13 @@ double event_seconds(cudaStream_t st, F&& enqueue) {
 }
 }  // namespace
 
+void StepGraph::reset() {
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  exec = nullptr;
+}
+
 CudaSequence::~CudaSequence() {
-  if (graph != nullptr) cudaGraphExecDestroy(graph);
+  for (StepGraph& g : graphs) g.reset();
   for (auto* p : k) cudaFree(p);
   for (auto* p : v) cudaFree(p);
   for (auto* p : S) cudaFree(p);
@@ -62,7 +67,7 @@ CudaBackend::~CudaBackend() {
 float* CudaBackend::buf(size_t n) {
   void* p = nullptr;
   check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)), "cudaMalloc of scratch");
-  check(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(float)), "memset");
+  check(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(float), stream_), "memset");
   bufs_.push_back(p);
   return static_cast<float*>(p);
 }
@@ -92,6 +97,7 @@ void CudaBackend::init() {
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
   for (cudaEvent_t& e : id_ready_)
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  check(cudaStreamSynchronize(stream_), "scratch");
 }
 
 std::unique_ptr<Sequence> CudaBackend::new_sequence() {
@@ -107,11 +113,11 @@ std::unique_ptr<Sequence> CudaBackend::new_sequence() {
     const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels();
     check(cudaMalloc(&s->S[size_t(i)], nS * sizeof(float)), "state");
     check(cudaMalloc(&s->conv[size_t(i)], nc * sizeof(float)), "conv state");
-    check(cudaMemset(s->S[size_t(i)], 0, nS * sizeof(float)), "state");
-    check(cudaMemset(s->conv[size_t(i)], 0, nc * sizeof(float)), "conv state");
+    check(cudaMemsetAsync(s->S[size_t(i)], 0, nS * sizeof(float), stream_), "state");
+    check(cudaMemsetAsync(s->conv[size_t(i)], 0, nc * sizeof(float), stream_), "conv state");
   }
   check(cudaMalloc(&s->ints, 4 * sizeof(int)), "ints");
-  check(cudaMemset(s->ints, 0, 4 * sizeof(int)), "ints");
+  check(cudaMemsetAsync(s->ints, 0, 4 * sizeof(int), stream_), "ints");
   check(cudaMalloc(&s->out, kOutRing * sizeof(int)), "out");
   reserve(*s, std::min(kInitialCapacity, c.max_positions));
   return s;
@@ -129,6 +135,7 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   cap = (cap + kKvChunk - 1) / kKvChunk * kKvChunk;  // whole chunks (kernels.h)
   const size_t row = kHeadDim * sizeof(uint16_t);
   const size_t used = size_t(s.length() + kKvChunk - 1) / kKvChunk * kKvChunk;
+  std::vector<uint16_t*> old_caches;
   for (int i = 0; i < c.n_layers; ++i) {
     if (c.layer_types[size_t(i)] == LayerType::linear_attention) continue;
     for (auto* cache : {&s.k, &s.v}) {
@@ -137,22 +144,24 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
       check(cudaMalloc(&p, bytes), "KV cache");
       // Zeroed: the attention reads whole chunks, and the masked rows past
       // the context must be finite (0 x NaN is NaN).
-      check(cudaMemset(p, 0, bytes), "KV cache");
+      check(cudaMemsetAsync(p, 0, bytes, stream_), "KV cache");
       uint16_t*& old = (*cache)[size_t(i)];
       if (old != nullptr) {
-        check(cudaMemcpy2D(p, size_t(cap) * row, old, size_t(s.capacity) * row, used * row,
-                           size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice),
+        check(cudaMemcpy2DAsync(p, size_t(cap) * row, old, size_t(s.capacity) * row, used * row,
+                                size_t(c.n_kv_heads), cudaMemcpyDeviceToDevice, stream_),
               "KV grow");
-        cudaFree(old);
+        old_caches.push_back(old);
       }
       old = p;
     }
   }
+  check(cudaStreamSynchronize(stream_), "KV grow");  // the copies are done with the old caches
+  for (uint16_t* p : old_caches) cudaFree(p);
   s.capacity = cap;
-  if (s.graph != nullptr) cudaGraphExecDestroy(s.graph), s.graph = nullptr;
+  for (StepGraph& g : s.graphs) g.reset();
 }
 
-void CudaBackend::enqueue_step(CudaSequence& s) {
+void CudaBackend::enqueue_step(CudaSequence& s, bool sampled) {
   const ModelConfig& c = w_->cfg;
   const DeviceWeights& W = *w_;
   cudaStream_t st = stream_;
@@ -260,7 +269,7 @@ void CudaBackend::enqueue_step(CudaSequence& s) {
     return gemv({.W = W.lm_head, .x = h_, .norm = W.final_norm, .eps = c.rms_eps, .y = logits_},
                 st);
   });
-  if (s.sampled) {
+  if (sampled) {
     SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,
                   s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
     check(sample_advance(sa, st), "sampler");
@@ -277,28 +286,35 @@ void CudaBackend::leave_out(const std::set<std::string>& names) {
 }
 
 // The step graph for the next position (re-captured when the split tier moves).
-void CudaBackend::ensure_graph(CudaSequence& s) {
+StepGraph& CudaBackend::ensure_graph(CudaSequence& s, bool sampled) {
   reserve(s, s.length() + 1);
   const int splits = attn_splits(s.length() + 1, w_->cfg.n_kv_heads);
-  if (s.graph == nullptr || splits != s.splits) {
-    if (s.graph != nullptr) cudaGraphExecDestroy(s.graph), s.graph = nullptr;
-    s.splits = splits;
-    cudaGraph_t g = nullptr;
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
-    enqueue_step(s);
-    check(cudaStreamEndCapture(stream_, &g), "capture");
-    size_t nodes = 0;
-    check(cudaGraphGetNodes(g, nullptr, &nodes), "graph nodes");
-    s.kernels = int(nodes);
-    check(cudaGraphInstantiate(&s.graph, g, 0), "graph instantiate");
-    cudaGraphDestroy(g);
+  StepGraph& sg = s.graphs[sampled ? 1 : 0];
+  if (sg.exec != nullptr && sg.splits == splits) return sg;
+  sg.reset();
+  sg.splits = splits;
+  s.splits = splits;
+  cudaGraph_t g = nullptr;
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+  try {
+    enqueue_step(s, sampled);
+  } catch (...) {  // end the capture, or the stream stays unusable
+    if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g != nullptr) cudaGraphDestroy(g);
+    throw;
   }
+  check(cudaStreamEndCapture(stream_, &g), "capture");
+  size_t nodes = 0;
+  check(cudaGraphGetNodes(g, nullptr, &nodes), "graph nodes");
+  sg.kernels = int(nodes);
+  const cudaError_t e = cudaGraphInstantiate(&sg.exec, g, 0);
+  cudaGraphDestroy(g);
+  check(e, "graph instantiate");
+  return sg;
 }
 
 // One step through the captured graph.
-void CudaBackend::run_step(CudaSequence& s) {
-  ensure_graph(s);
-  check(cudaGraphLaunch(s.graph, stream_), "graph launch");
+void CudaBackend::run_step(CudaSequence& s, bool sampled) {
+  check(cudaGraphLaunch(ensure_graph(s, sampled).exec, stream_), "graph launch");
   s.length_ += 1;
 }
 
@@ -313,11 +329,15 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
   for (int32_t id : tokens)
     if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
   logits.resize(size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
+  // The arg-max step advances the draw counter: kept aside for the completion.
+  check(cudaMemcpyAsync(s.ints + kSavedStep, s.ints + kStep, sizeof(int), cudaMemcpyDeviceToDevice,
+                        stream_),
+        "step");
   for (int64_t t = 0; t < T; ++t) {
     check(cudaMemcpyAsync(s.ints + kToken, &tokens[size_t(t)], sizeof(int), cudaMemcpyHostToDevice,
                           stream_),
           "token");
-    run_step(s);
+    run_step(s, false);
     if (which == Logits::all || t == T - 1) {
       float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
       check(cudaMemcpyAsync(dst, logits_, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
@@ -325,49 +345,56 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
             "logits");
     }
   }
+  check(cudaMemcpyAsync(s.ints + kStep, s.ints + kSavedStep, sizeof(int), cudaMemcpyDeviceToDevice,
+                        stream_),
+        "step");
   check(cudaStreamSynchronize(stream_), "forward");
 }
 
-void CudaBackend::set_sampling(Sequence& seq, const SamplingParams& p,
-                               std::span<const int32_t> history) {
+void CudaBackend::start_sampling(Sequence& seq, const SamplingParams& p,
+                                 std::span<const int32_t> history) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const int V = w_->cfg.vocab;
+  check_history(s, history);
   const SampleRules rules = sample_rules(p);
-  for (int32_t t : history)
-    if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
-  if (s.sampled != !p.greedy() && s.graph != nullptr)
-    cudaGraphExecDestroy(s.graph), s.graph = nullptr;
   s.sampled = !p.greedy();
-  if (!s.sampled) return;
-  std::vector<int32_t> counts(size_t(V), 0);
-  for (int32_t t : history) counts[size_t(t)]++;
-  if (s.counts == nullptr) {
-    check(cudaMalloc(&s.counts, size_t(V) * sizeof(int)), "token counts");
-    check(cudaMalloc(&s.rules, sizeof(SampleRules)), "sampling rules");
+  s.sampler.reset();  // the state is the device's
+  static const int zero = 0;
+  check(cudaMemcpyAsync(s.ints + kStep, &zero, sizeof(int), cudaMemcpyHostToDevice, stream_),
+        "draw counter");
+  if (s.sampled) {
+    std::vector<int32_t> counts(size_t(V), 0);
+    for (int32_t t : history) counts[size_t(t)]++;
+    if (s.counts == nullptr) {
+      check(cudaMalloc(&s.counts, size_t(V) * sizeof(int)), "token counts");
+      check(cudaMalloc(&s.rules, sizeof(SampleRules)), "sampling rules");
+    }
+    check(cudaMemcpyAsync(s.counts, counts.data(), counts.size() * sizeof(int),
+                          cudaMemcpyHostToDevice, stream_),
+          "token counts");
+    check(cudaMemcpyAsync(s.rules, &rules, sizeof(rules), cudaMemcpyHostToDevice, stream_),
+          "sampling rules");
   }
-  // Pageable sources: the copies are staged before cudaMemcpyAsync returns.
-  check(cudaMemcpyAsync(s.counts, counts.data(), counts.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, stream_),
-        "token counts");
-  check(cudaMemcpyAsync(s.rules, &rules, sizeof(rules), cudaMemcpyHostToDevice, stream_),
-        "sampling rules");
+  // Pageable sources are staged when the call returns; the sync keeps the
+  // counts' host vector alive until the copy is done in any case.
+  check(cudaStreamSynchronize(stream_), "start sampling");
 }
 
-void CudaBackend::generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
-                           const SamplingParams& p, int max_tokens,
-                           const std::function<bool(int32_t)>& on_token) {
+void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
+                           const std::function<bool(int32_t)>& on_token,
+                           TokenConstraint* constraint) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  std::vector<int32_t> seen(history.begin(), history.end());
-  seen.push_back(first);
-  set_sampling(s, p, seen);  // checks the ids
+  const ModelConfig& c = w_->cfg;
+  if (constraint != nullptr) fail("constrained decoding is not supported on the CUDA backend yet");
+  if (first < 0 || first >= c.vocab)
+    fail("token id {} is outside the vocabulary [0, {})", first, c.vocab);
   if (max_tokens <= 0) return;
-  const int init[2] = {first, 0};  // token, step
-  check(cudaMemcpyAsync(s.ints + kToken, init, sizeof(init), cudaMemcpyHostToDevice, stream_),
+  check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
         "token");
   // Step i feeds the token chosen by step i - 1 (already on the device) and
   // streams its own choice into ids_out_[i % 2].
   auto enqueue = [&](int i) {
-    run_step(s);
+    run_step(s, s.sampled);
     check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + (i & (kOutRing - 1)), sizeof(int),
                           cudaMemcpyDeviceToHost, stream_),
           "id");
@@ -384,7 +411,8 @@ void CudaBackend::generate(Sequence& seq, std::span<const int32_t> history, int3
 
 std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
   std::vector<int32_t> ids;
-  generate(seq, {}, first, SamplingParams{}, n, [&](int32_t id) {
+  start_sampling(seq, SamplingParams{}, std::span(&first, 1));
+  generate(seq, first, n, [&](int32_t id) {
     ids.push_back(id);
     return true;
   });
@@ -393,16 +421,15 @@ std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, 
 
 int CudaBackend::step_kernels(Sequence& seq) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  ensure_graph(s);
-  return s.kernels;
+  return ensure_graph(s, s.sampled).kernels;
 }
 
 void CudaBackend::set_length(Sequence& seq, int64_t length) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, length + 1);
   const int v = int(length);
-  check(cudaStreamSynchronize(stream_), "sync");
-  check(cudaMemcpy(s.ints + kPos, &v, sizeof(int), cudaMemcpyHostToDevice), "pos");
+  check(cudaMemcpyAsync(s.ints + kPos, &v, sizeof(int), cudaMemcpyHostToDevice, stream_), "pos");
+  check(cudaStreamSynchronize(stream_), "pos");
   s.length_ = length;
 }
 
@@ -431,7 +458,7 @@ std::vector<TraceRecord> CudaBackend::trace_steps(Sequence& seq, int n) {
 #else
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, s.length() + n + 1);
-  run_step(s);  // capture and warm up untraced
+  run_step(s, s.sampled);  // capture and warm up untraced
   s.length_ -= 1;
   set_length(s, s.length());
   constexpr unsigned kCapacity = 1u << 18;
@@ -439,9 +466,10 @@ std::vector<TraceRecord> CudaBackend::trace_steps(Sequence& seq, int n) {
   unsigned* count = nullptr;
   check(cudaMalloc(&rec, kCapacity * sizeof(TraceRecord)), "trace buffer");
   check(cudaMalloc(&count, sizeof(unsigned)), "trace buffer");
-  check(cudaMemset(count, 0, sizeof(unsigned)), "trace buffer");
+  check(cudaMemsetAsync(count, 0, sizeof(unsigned), stream_), "trace buffer");
+  check(cudaStreamSynchronize(stream_), "trace buffer");
   check(trace_bind({rec, count, kCapacity}), "trace bind");
-  for (int i = 0; i < n; ++i) run_step(s);
+  for (int i = 0; i < n; ++i) run_step(s, s.sampled);
   check(cudaStreamSynchronize(stream_), "trace sync");
   check(trace_bind({}), "trace unbind");
   unsigned got = 0;
@@ -466,11 +494,11 @@ cudaError_t trace_bind(const TraceSink& s) {
 double CudaBackend::time_steps(Sequence& seq, int n) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, s.length() + n + 1);
-  run_step(s);  // capture outside the timed region
+  run_step(s, s.sampled);  // capture outside the timed region
   s.length_ -= 1;
   set_length(s, s.length());
   return event_seconds(stream_, [&] {
-    for (int i = 0; i < n; ++i) run_step(s);
+    for (int i = 0; i < n; ++i) run_step(s, s.sampled);
   });
 }
 

@@ -19,20 +19,29 @@
 
 namespace tern::cuda {
 
+// A captured decode step, valid for its attention split tier.
+struct StepGraph {
+  cudaGraphExec_t exec = nullptr;
+  int splits = 0;
+  int kernels = 0;  // nodes
+  void reset();
+};
+
 class CudaSequence : public Sequence {
  public:
   ~CudaSequence() override;
-  int capacity = 0;                 // KV positions allocated
-  std::vector<uint16_t*> k, v;      // per layer (attention only): kernels.h's chunked layout
-  std::vector<float*> S, conv;      // per layer (GDN only)
-  int* ints = nullptr;              // [pos, token, step]
-  int* out = nullptr;               // ring of chosen ids
-  int* counts = nullptr;            // sampler: [vocab] token counts of the history
-  SampleRules* rules = nullptr;     // sampler parameters
-  bool sampled = false;             // the step chooses with the sampler, not arg-max
-  cudaGraphExec_t graph = nullptr;  // captured step, valid for `splits` and `sampled`
-  int splits = 0;
-  int kernels = 0;  // nodes of the captured step
+  int capacity = 0;              // KV positions allocated
+  std::vector<uint16_t*> k, v;   // per layer (attention only): kernels.h's chunked layout
+  std::vector<float*> S, conv;   // per layer (GDN only)
+  int* ints = nullptr;           // [pos, token, step, saved step]
+  int* out = nullptr;            // ring of chosen ids
+  int* counts = nullptr;         // sampler: [vocab] token counts of the history
+  SampleRules* rules = nullptr;  // sampler parameters
+  bool sampled = false;          // the completion chooses with the sampler, not arg-max
+  // The step ending in arg-max (prefill's forward and greedy completions) and
+  // the one ending in the sampler.
+  StepGraph graphs[2];
+  int splits = 0;  // the split tier of the step being captured
   friend class CudaBackend;
 };
 
@@ -48,15 +57,16 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cuda"; }
 
+  // The completion's state on the device: arg-max when p is greedy, else the
+  // sampler with p, the counts of `history` and draw counter 0.
+  void start_sampling(Sequence& seq, const SamplingParams& p,
+                      std::span<const int32_t> history) override;
   // Streams with the choice on the device, one step ahead of the caller.
-  void generate(Sequence& seq, std::span<const int32_t> history, int32_t first,
-                const SamplingParams& p, int max_tokens,
-                const std::function<bool(int32_t)>& on_token) override;
+  void generate(Sequence& seq, int32_t first, int max_tokens,
+                const std::function<bool(int32_t)>& on_token,
+                TokenConstraint* constraint = nullptr) override;
   // Greedy decoding of n tokens after `first`.
   std::vector<int32_t> generate_greedy(Sequence& seq, int32_t first, int n);
-  // How later steps choose their token: arg-max when p is greedy, else the
-  // sampler with p and the counts of `history` (tokens fed so far).
-  void set_sampling(Sequence& seq, const SamplingParams& p, std::span<const int32_t> history);
   // Kernels in the step (captured on demand).
   int step_kernels(Sequence& seq);
   // For tern bench: makes room for n positions, fills the KV cache and state
@@ -81,9 +91,9 @@ class CudaBackend : public Backend {
   std::set<std::string> left_out_;
 
   void init();
-  void enqueue_step(CudaSequence& s);
-  void ensure_graph(CudaSequence& s);
-  void run_step(CudaSequence& s);
+  void enqueue_step(CudaSequence& s, bool sampled);
+  StepGraph& ensure_graph(CudaSequence& s, bool sampled);
+  void run_step(CudaSequence& s, bool sampled);
   float* buf(size_t n);
 
   std::unique_ptr<DeviceWeights> w_;
