@@ -3,21 +3,48 @@
 # and results under $OUT. Uses binaries built here and carried in bench/prebuilt
 # (the GPU machine lacks fmt/spdlog/GoogleTest; bench/prebuilt/lib holds the
 # shared libraries they need), so no device time goes to compiling.
-# DECODE and GEN override the context lengths and timed tokens.
+# The tests run with TERN_REQUIRE_GPU=1 (a skip is a failure); their exit
+# status and counts go into $OUT/summary.txt, which the call prints last and
+# which is committed under bench/results/ as tests-summary-<rev>.txt.
+# DECODE and GEN override the context lengths and timed tokens; BENCH=0 runs
+# the tests only; FILTER is a gtest filter.
 set -uo pipefail
 source "$(dirname "$0")/prebuilt_env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee $OUT/gpu.txt
-(cd "$SRC" && $PWD/$BIN/test_cuda --gtest_brief=1) 2>&1 | tee $OUT/tests.log | tail -60
-$BIN/tern bench --dummy 35b-a3b --backend cuda \
-  --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
-  --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
-  --rev "$REV" 2>&1 | tee $OUT/bench.log
-# One-step breakdown by leave-one-out at 4K: the step time without each kernel
-# (tern bench --leave-out), against the full step.
-for k in none embed gdn_in gdn_step gdn_out qkv attention o_proj route_up down lm_head; do
-  L=""; [ "$k" != none ] && L="--leave-out $k"
-  echo "$k $($BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 $L 2>&1 |
-    awk '$1 == 4096 {print $2, $3}')"
-done | tee $OUT/leave-out-4096.txt
-$BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 --sample \
-  --json $OUT/sample-4096.json --rev "$REV" 2>&1 | tail -3
+export TERN_REQUIRE_GPU=1
+(cd "$SRC" && $PWD/$BIN/test_cuda --gtest_brief=1 --gtest_filter="${FILTER:-*}" \
+  --gtest_output=json:$OUT/tests.json) 2>&1 | tee $OUT/tests.log | tail -60
+test_rc=${PIPESTATUS[0]}
+python3 - "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt <<'PY'
+import json, sys
+path, rc, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    r = json.load(open(path))
+    tests = [t for s in r["testsuites"] for t in s["testsuite"]]
+    skipped = sum(t.get("result") == "SKIPPED" for t in tests)
+    failed = sum(bool(t.get("failures")) for t in tests)
+    ran = len(tests)
+except (OSError, ValueError, KeyError) as e:
+    ran = failed = skipped = -1
+    print(f"no test report ({e})")
+ok = rc == 0 and ran > 0 and failed == 0 and skipped == 0
+print(f"rev {rev}: test_cuda exit {rc}; {ran} tests, {ran - failed - skipped} passed, "
+      f"{failed} failed, {skipped} skipped (TERN_REQUIRE_GPU=1): {'PASS' if ok else 'FAIL'}")
+PY
+if [ "${BENCH:-1}" = 1 ]; then
+  $BIN/tern bench --dummy 35b-a3b --backend cuda \
+    --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
+    --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
+    --rev "$REV" 2>&1 | tee $OUT/bench.log
+  # One-step breakdown by leave-one-out at 4K: the step time without each kernel
+  # (tern bench --leave-out), against the full step.
+  for k in none embed gdn_in gdn_step gdn_out qkv attention o_proj route_up down lm_head; do
+    L=""; [ "$k" != none ] && L="--leave-out $k"
+    echo "$k $($BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 $L 2>&1 |
+      awk '$1 == 4096 {print $2, $3}')"
+  done | tee $OUT/leave-out-4096.txt
+  $BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 --sample \
+    --json $OUT/sample-4096.json --rev "$REV" 2>&1 | tail -3
+fi
+cat $OUT/summary.txt
+grep -q ': PASS$' $OUT/summary.txt

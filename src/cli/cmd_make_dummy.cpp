@@ -10,7 +10,7 @@ Runner add_make_dummy(CLI::App& app) {
   auto* cmd = app.add_subcommand("make-dummy", "Write a random-weight checkpoint");
   auto opt = std::make_shared<DummyOptions>();
   auto layout = std::make_shared<std::string>("mlx4");
-  cmd->add_option("--preset", opt->preset, "Model shape: tiny or 35b-a3b")
+  cmd->add_option("--preset", opt->preset, "Model shape: tiny, mid or 35b-a3b")
       ->check(CLI::IsMember({"tiny", "35b-a3b"}));
   cmd->add_option("--config", opt->config_file, "config.json to use instead of a preset");
   cmd->add_option("--layout", *layout, "hf (bf16) or mlx4 (4-bit)")

@@ -33,6 +33,19 @@ class Sequence {
   int64_t length_ = 0;
 };
 
+// A sequence's recurrent and conv state after its first length() tokens (a
+// session snapshot, kept in the backend's own precision and memory).
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  int64_t length() const { return length_; }
+  // Memory it holds.
+  virtual size_t bytes() const = 0;
+
+ protected:
+  int64_t length_ = 0;
+};
+
 enum class Logits { last, all };
 
 class Backend {
@@ -60,6 +73,18 @@ class Backend {
   virtual void generate(Sequence& seq, int32_t first, int max_tokens,
                         const std::function<bool(int32_t)>& on_token,
                         TokenConstraint* constraint = nullptr);
+  // Session reuse. The state of `seq` as it is now.
+  virtual std::unique_ptr<SequenceState> save(const Sequence& seq) = 0;
+  // Rewinds `seq` to st.length() tokens, whose tokens must be the ones `st`
+  // was saved after (the caller tracks them): its KV cache beyond is dropped,
+  // its recurrent and conv state become st's.
+  virtual void restore(Sequence& seq, const SequenceState& st) = 0;
+  // A new sequence holding the first st.length() tokens of `seq` (KV cache
+  // copied) and st's state; `seq` is left as it was.
+  virtual std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) = 0;
+  // Memory a sequence keeps per token (its KV cache).
+  virtual size_t kv_bytes_per_token() const = 0;
+
   virtual const ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
 

@@ -1,7 +1,8 @@
 // Built-in model configurations for make-dummy and bench --dummy. "35b-a3b" is
 // the published Qwen3.6-35B-A3B config.json (text and top-level fields); "tiny"
 // keeps every structural feature (both layer types, GQA, partial rotary, value
-// heads = 2 x key heads, top-k > 1 of many experts) at a size tests can afford.
+// heads = 2 x key heads, top-k > 1 of many experts) at a size tests can afford;
+// "mid" has the real widths in 4 layers.
 #include "core/error.h"
 #include "model/config.h"
 
@@ -188,7 +189,17 @@ const char* k35bA3b = R"JSON({
 nlohmann::json preset_config(const std::string& name) {
   if (name == "tiny") return nlohmann::json::parse(kTiny);
   if (name == "35b-a3b") return nlohmann::json::parse(k35bA3b);
-  fail("unknown preset '{}' (tiny or 35b-a3b)", name);
+  if (name == "mid") {
+    // Every width of 35b-a3b (so the CUDA tile paths run as on the real
+    // model) in 4 layers: 3 GDN + 1 attention, as one quarter of the model.
+    nlohmann::json j = nlohmann::json::parse(k35bA3b);
+    auto& t = j["text_config"];
+    t["num_hidden_layers"] = 4;
+    t["layer_types"] = {"linear_attention", "linear_attention", "linear_attention",
+                        "full_attention"};
+    return j;
+  }
+  fail("unknown preset '{}' (tiny, mid or 35b-a3b)", name);
 }
 
 }  // namespace tern

@@ -10,6 +10,7 @@
 #include "backends/cpu/moe.h"
 #include "backends/cpu/ops.h"
 #include "core/bf16.h"
+#include "model/rope.h"
 #include "test_util.h"
 
 namespace tern::cpu {
@@ -121,6 +122,25 @@ TEST(CpuRope, RotatesPairsHalfApartAndKeepsTheRest) {
                 2e-3);
   }
   for (int i = 64; i < 256; ++i) EXPECT_EQ(y[size_t(i)], x[size_t(i)]);
+}
+
+// At long context the angle pos * inv_freq is the fp32 product of the fp32
+// inverse frequency (model/rope.h, the reference's arithmetic); cos and sin of
+// that angle against double precision, to within a few ulp of 1.
+TEST(CpuRope, LongContextAnglesMatchDoublePrecision) {
+  const float theta = 1e7f;
+  const int rot = 64;
+  const auto f = rope_inv_freqs(theta, rot);
+  for (int64_t pos : {131071, 262143}) {
+    for (int i = 0; i < rot / 2; ++i) {
+      std::vector<float> x(size_t(rot), 0.0f);
+      x[size_t(i)] = 1.0f;
+      cpu::apply_rope(x.data(), rot, theta, pos);
+      const double angle = double(float(pos) * f[size_t(i)]);
+      EXPECT_NEAR(x[size_t(i)], std::cos(angle), 3e-7) << pos << " " << i;
+      EXPECT_NEAR(x[size_t(i + rot / 2)], std::sin(angle), 3e-7) << pos << " " << i;
+    }
+  }
 }
 
 TEST(CpuMoe, RouteIsSoftmaxTopKRenormalised) {

@@ -4,10 +4,14 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
@@ -22,8 +26,18 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-#define TERN_REQUIRE_GPU() \
-  if (!::tern::test::have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+// TERN_REQUIRE_GPU=1 (bench/device_run.sh sets it): a missing GPU fails the
+// test instead of skipping it, so a device run cannot look green unrun.
+inline bool gpu_required() {
+  const char* v = std::getenv("TERN_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+#define TERN_REQUIRE_GPU()                                                                     \
+  if (!::tern::test::have_gpu()) {                                                             \
+    if (::tern::test::gpu_required()) GTEST_FAIL() << "no CUDA device and TERN_REQUIRE_GPU=1"; \
+    GTEST_SKIP() << "no CUDA device: GPU test skipped";                                        \
+  }
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -113,17 +127,31 @@ inline size_t kv_chunked_at(size_t r, int q, bool v) {
          size_t(v ? cuda::v_piece(o, q) : cuda::k_piece(o, q)) * 8;
 }
 
-// The tiny dummy checkpoint (seed 11) of the end-to-end GPU tests, written
-// afresh and loaded 4-bit.
+// A dummy checkpoint of a preset (seed 11) for the end-to-end GPU tests,
+// written afresh once per test process; and its weights, loaded 4-bit once.
+inline std::string dummy_dir(const std::string& preset) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tern_cuda_" + preset + "_" + std::to_string(getpid()));
+  if (!std::filesystem::exists(dir / "config.json")) {
+    std::filesystem::remove_all(dir);
+    DummyOptions o;
+    o.preset = preset;
+    o.seed = 11;
+    o.out_dir = dir.string();
+    make_dummy(o);
+  }
+  return dir.string();
+}
+
+inline std::shared_ptr<const ModelWeights> dummy_weights(const std::string& preset) {
+  static std::map<std::string, std::shared_ptr<const ModelWeights>> loaded;
+  auto& w = loaded[preset];
+  if (!w) w = load_model(dummy_dir(preset), WeightMode::q4);
+  return w;
+}
+
 inline std::shared_ptr<const ModelWeights> tiny_dummy_weights() {
-  const auto dir = std::filesystem::temp_directory_path() / "tern_cuda_tiny";
-  std::filesystem::remove_all(dir);
-  DummyOptions o;
-  o.preset = "tiny";
-  o.seed = 11;
-  o.out_dir = dir.string();
-  make_dummy(o);
-  return load_model(dir.string(), WeightMode::q4);
+  return dummy_weights("tiny");
 }
 
 }  // namespace tern::test

@@ -150,6 +150,38 @@ TEST(CudaBackend, RefusesARotaryWidthTheKernelsCannotTake) {
   }
 }
 
+// The GDN out-projection's gated norm runs in the tile GEMV's staging only:
+// a value width past its 32 rounds is refused at load, by name.
+TEST(CudaBackend, RefusesAGdnValueWidthTheOutProjectionCannotTake) {
+  ModelConfig c = parse_config(preset_config("35b-a3b"), "35b");
+  c.lin_v_heads = 40;  // 5,120 values
+  try {
+    cuda::check_supported(c);
+    ADD_FAILURE() << "40 value heads accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out-projection"), std::string::npos) << e.what();
+  }
+}
+
+// Weights the kernels cannot take name what they are and the fix that works:
+// --weights q4 for a dense checkpoint, tern convert for another group size.
+TEST(CudaBackend, RefusesOtherWeightFormatsWithTheirFix) {
+  TERN_REQUIRE_GPU();
+  auto expect_refusal = [](std::shared_ptr<const ModelWeights> m, const std::string& text) {
+    try {
+      cuda::CudaBackend be(std::move(m));
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  auto g32 = load_model(dummy_dir("tiny"), WeightMode::q4);
+  g32->layers[0].moe.down[1].group = 32;  // as a group-32 conversion would read
+  expect_refusal(g32, "group-32");
+  expect_refusal(g32, "tern convert");
+  expect_refusal(load_model(kGolden + "/hf", WeightMode::bf16), "--weights q4");
+}
+
 // tern bench --leave-out: the named kernels leave the step graph (one per
 // layer for down, one for lm_head), and unknown names are refused.
 TEST(CudaBackend, LeaveOutDropsKernelsAndRejectsUnknownNames) {

@@ -10,6 +10,7 @@
 #include "backends/cpu/ops.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
+#include "model/rope.h"
 
 namespace tern::test {
 namespace {
@@ -100,9 +101,12 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
   for (int i = 0; i < hd; ++i)
     qn[size_t(i)] = 1 + 0.1f * randn(1, g)[0], kn[size_t(i)] = 1 + 0.1f * randn(1, g)[0];
   std::vector<uint16_t> kc(size_t(KV) * cap * hd), vc(kc.size());
-  for (size_t i = 0; i < kc.size(); ++i)
-    kc[i] = f32_to_bf16(randn(1, g)[0]), vc[i] = f32_to_bf16(randn(1, g)[0]);
+  {
+    const auto kr = randn(kc.size(), g), vr = randn(kc.size(), g);
+    for (size_t i = 0; i < kc.size(); ++i) kc[i] = f32_to_bf16(kr[i]), vc[i] = f32_to_bf16(vr[i]);
+  }
   auto dqkv = to_dev(qkv), dqn = to_dev(qn), dkn = to_dev(kn);
+  auto dinv = to_dev(rope_inv_freqs(theta, rot));
   auto dk = to_dev(to_chunks(kc, false)), dv = to_dev(to_chunks(vc, true));
   auto dout = to_dev(std::vector<float>(size_t(H * hd)));
   const int splits = cuda::attn_splits(n, KV);
@@ -122,7 +126,7 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
                                .rotary = rot,
                                .capacity = cap,
                                .splits = splits,
-                               .theta = theta};
+                               .inv_freq = dinv.get()};
   ASSERT_EQ(cuda::attn_decode(d, nullptr), cudaSuccess);
 
   // CPU twin: new k, v rounded to bf16 as the cache stores them.
@@ -168,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
                          ::testing::Values(AttnCase{4, 2, 0}, AttnCase{4, 2, 77},
                                            AttnCase{8, 8, 40}, AttnCase{16, 2, 15},
                                            AttnCase{16, 2, 16}, AttnCase{16, 2, 300},
-                                           AttnCase{16, 2, 5000}, AttnCase{16, 2, 70000}));
+                                           AttnCase{16, 2, 5000}, AttnCase{16, 2, 70000},
+                                           AttnCase{16, 2, 131071}, AttnCase{16, 2, 262143}));
 
 }  // namespace
 }  // namespace tern::test

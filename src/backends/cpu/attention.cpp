@@ -5,6 +5,7 @@
 
 #include "backends/cpu/ops.h"
 #include "core/thread_pool.h"
+#include "model/rope.h"
 
 namespace tern::cpu {
 
@@ -12,8 +13,7 @@ void apply_rope(float* x, int rot, float theta, int64_t pos) {
   const int half = rot / 2;
   for (int i = 0; i < half; ++i) {
     // As the reference: inverse frequency and angle in fp32.
-    const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(rot));
-    const float angle = float(pos) * inv_freq;
+    const float angle = float(pos) * rope_inv_freq(theta, i, rot);
     const float cs = std::cos(angle), sn = std::sin(angle);
     const float a = x[i], b = x[i + half];
     x[i] = a * cs - b * sn;

@@ -57,4 +57,57 @@ void CpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Lo
   cpu::matmul(w_->lm_head, a.data(), n, logits.data());
 }
 
+namespace {
+
+struct CpuState : SequenceState {
+  CpuState(std::vector<cpu::GdnState> g, int64_t n) : gdn(std::move(g)) { length_ = n; }
+  std::vector<cpu::GdnState> gdn;  // per layer, as CpuSequence::gdn
+  size_t bytes() const override {
+    size_t b = 0;
+    for (const auto& l : gdn) b += (l.conv.size() + l.S.size()) * sizeof(float);
+    return b;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<SequenceState> CpuBackend::save(const Sequence& seq) {
+  const auto& s = dynamic_cast<const CpuSequence&>(seq);
+  return std::make_unique<CpuState>(s.gdn, s.length());
+}
+
+void CpuBackend::restore(Sequence& seq, const SequenceState& st) {
+  auto& s = dynamic_cast<CpuSequence&>(seq);
+  const auto& cs = dynamic_cast<const CpuState&>(st);
+  TERN_CHECK(cs.length() <= s.length());
+  const size_t row = size_t(w_->cfg.n_kv_heads) * size_t(w_->cfg.head_dim);
+  for (auto& kv : s.kv) {
+    if (kv.k.empty()) continue;
+    kv.k.resize(size_t(cs.length()) * row);
+    kv.v.resize(size_t(cs.length()) * row);
+  }
+  s.gdn = cs.gdn;
+  s.length_ = cs.length();
+}
+
+std::unique_ptr<Sequence> CpuBackend::fork(const Sequence& seq, const SequenceState& st) {
+  const auto& s = dynamic_cast<const CpuSequence&>(seq);
+  TERN_CHECK(st.length() <= s.length());
+  auto f = std::make_unique<CpuSequence>(w_->cfg);
+  const size_t n = size_t(st.length()) * size_t(w_->cfg.n_kv_heads) * size_t(w_->cfg.head_dim);
+  for (size_t i = 0; i < s.kv.size(); ++i) {
+    if (s.kv[i].k.empty()) continue;
+    f->kv[i].k.assign(s.kv[i].k.begin(), s.kv[i].k.begin() + ptrdiff_t(n));
+    f->kv[i].v.assign(s.kv[i].v.begin(), s.kv[i].v.begin() + ptrdiff_t(n));
+  }
+  f->gdn = dynamic_cast<const CpuState&>(st).gdn;
+  f->length_ = st.length();
+  return f;
+}
+
+size_t CpuBackend::kv_bytes_per_token() const {
+  const ModelConfig& c = w_->cfg;
+  return size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * size_t(c.head_dim) * sizeof(float);
+}
+
 }  // namespace tern

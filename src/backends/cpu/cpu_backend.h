@@ -24,6 +24,10 @@ class CpuBackend : public Backend {
   std::unique_ptr<Sequence> new_sequence() override;
   void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                std::vector<float>& logits) override;
+  std::unique_ptr<SequenceState> save(const Sequence& seq) override;
+  void restore(Sequence& seq, const SequenceState& st) override;
+  std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
+  size_t kv_bytes_per_token() const override;
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cpu"; }
 

@@ -201,14 +201,19 @@ struct Rope8 {
 };
 
 // The rotation's cos and sin of each frequency, a thread each (rotary / 2 <=
-// 128 threads). *pos moves only between steps, so this (powf, and sincosf's
+// 128 threads), from the host's inverse frequencies (model/rope.h: the CPU's
+// exact fp32 angle). *pos moves only between steps, so this (and sincosf's
 // slow path past |angle| ~ 1e5) runs before the wait, off the attention's path;
 // the first barrier after it publishes them.
-__device__ __forceinline__ void rotation(float* cs, float* sn, int rotary, float theta, int pos) {
+__device__ __forceinline__ void rotation(float* cs, float* sn, int rotary, const float* inv_freq,
+                                         int pos) {
   const int i = int(threadIdx.x);
   if (i >= rotary / 2) return;
-  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(rotary));
-  sincosf(float(pos) * inv_freq, &sn[i], &cs[i]);
+  sincosf(float(pos) * inv_freq[i], &sn[i], &cs[i]);
+}
+
+__global__ void rotation_kernel(const float* inv_freq, int rotary, int pos, float* cs, float* sn) {
+  rotation(cs, sn, rotary, inv_freq, pos);
 }
 
 __device__ __forceinline__ float sum_sq8(const float (&x)[8]) {
@@ -257,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
   const int last = chunks - 1;
   const bool maker = cb <= last && last < ce && (last - cb) % kWarps == warp;
   __shared__ float red[kWarps][8], cs[kD / 2], sn[kD / 2];
-  rotation(cs, sn, a.rotary, a.theta, pos);
+  rotation(cs, sn, a.rotary, a.inv_freq, pos);
   auto q_dim = [&](int r) { return 32 * (warp + kWarps * r) + 8 * t; };
   Rope8 qr[kQRounds], kr;
 #pragma unroll
@@ -467,6 +472,13 @@ cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
     return e;
   return launch_pdl(attn_combine_kernel, dim3(a.heads, kD / kCombineDims), dim3(kCombineThreads), 0,
                     st, a);
+}
+
+cudaError_t rotation_table(const float* inv_freq, int rotary, int pos, float* cs, float* sn,
+                           cudaStream_t st) {
+  if (rotary <= 0 || rotary / 2 > 128) return cudaErrorInvalidValue;
+  rotation_kernel<<<1, 128, 0, st>>>(inv_freq, rotary, pos, cs, sn);
+  return cudaGetLastError();
 }
 
 }  // namespace tern::cuda

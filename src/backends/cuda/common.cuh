@@ -196,17 +196,6 @@ struct FastDiv {
   __device__ __forceinline__ int mod(int n) const { return n - div(n) * int(d); }
 };
 
-// The current device's SM count (queried once).
-inline int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  return sms;
-}
-
 // Launches a kernel that may overlap the previous kernel of the stream (it
 // must call pdl_wait before touching that kernel's outputs).
 template <typename... Params, typename... Args>

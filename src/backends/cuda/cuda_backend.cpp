@@ -253,7 +253,7 @@ void CudaBackend::enqueue_step(CudaSequence& s, bool sampled) {
                              .rotary = c.rotary_dim,
                              .capacity = s.capacity,
                              .splits = s.splits,
-                             .theta = c.rope_theta};
+                             .inv_freq = W.rope_inv_freq};
       launch("attention", [&] { return attn_decode(d, st); });
       launch("o_proj", [&] {
         return gemv({.W = L.o, .x = attn_, .y = h_, .out = GemvOut::add, .feed = feed}, st);
@@ -424,13 +424,102 @@ int CudaBackend::step_kernels(Sequence& seq) {
   return ensure_graph(s, s.sampled).kernels;
 }
 
+void CudaBackend::set_position(CudaSequence& s, int64_t length) {
+  const int v = int(length);
+  check(cudaMemcpyAsync(s.ints + kPos, &v, sizeof(int), cudaMemcpyHostToDevice, stream_), "pos");
+  check(cudaStreamSynchronize(stream_), "pos");  // v is on this frame
+  s.length_ = length;
+}
+
 void CudaBackend::set_length(Sequence& seq, int64_t length) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, length + 1);
-  const int v = int(length);
-  check(cudaMemcpyAsync(s.ints + kPos, &v, sizeof(int), cudaMemcpyHostToDevice, stream_), "pos");
-  check(cudaStreamSynchronize(stream_), "pos");
-  s.length_ = length;
+  set_position(s, length);
+}
+
+namespace {
+
+// GDN state on the device, owned (a snapshot).
+struct CudaState : SequenceState {
+  std::vector<float*> S, conv;  // per layer, null for attention layers
+  size_t bytes_ = 0;
+  ~CudaState() override {
+    for (float* p : S) cudaFree(p);
+    for (float* p : conv) cudaFree(p);
+  }
+  size_t bytes() const override { return bytes_; }
+  void set_length(int64_t n) { length_ = n; }
+};
+
+}  // namespace
+
+void CudaBackend::copy_state(const std::vector<float*>& from_S,
+                             const std::vector<float*>& from_conv, const std::vector<float*>& to_S,
+                             const std::vector<float*>& to_conv) {
+  const ModelConfig& c = w_->cfg;
+  const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim * sizeof(float);
+  const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels() * sizeof(float);
+  for (size_t i = 0; i < from_S.size(); ++i) {
+    if (from_S[i] == nullptr) continue;
+    check(cudaMemcpyAsync(to_S[i], from_S[i], nS, cudaMemcpyDeviceToDevice, stream_), "state");
+    check(cudaMemcpyAsync(to_conv[i], from_conv[i], nc, cudaMemcpyDeviceToDevice, stream_),
+          "conv state");
+  }
+}
+
+std::unique_ptr<SequenceState> CudaBackend::save(const Sequence& seq) {
+  const auto& s = dynamic_cast<const CudaSequence&>(seq);
+  const ModelConfig& c = w_->cfg;
+  auto st = std::make_unique<CudaState>();
+  st->set_length(s.length());
+  st->S.assign(s.S.size(), nullptr);
+  st->conv.assign(s.conv.size(), nullptr);
+  const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim * sizeof(float);
+  const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels() * sizeof(float);
+  for (size_t i = 0; i < s.S.size(); ++i) {
+    if (s.S[i] == nullptr) continue;
+    check(cudaMalloc(&st->S[i], nS), "snapshot");
+    check(cudaMalloc(&st->conv[i], nc), "snapshot");
+    st->bytes_ += nS + nc;
+  }
+  copy_state(s.S, s.conv, st->S, st->conv);
+  check(cudaStreamSynchronize(stream_), "snapshot");
+  return st;
+}
+
+void CudaBackend::restore(Sequence& seq, const SequenceState& st) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  const auto& cs = dynamic_cast<const CudaState&>(st);
+  TERN_CHECK(cs.length() <= s.length());
+  copy_state(cs.S, cs.conv, s.S, s.conv);
+  set_position(s, cs.length());
+}
+
+std::unique_ptr<Sequence> CudaBackend::fork(const Sequence& seq, const SequenceState& st) {
+  const auto& s = dynamic_cast<const CudaSequence&>(seq);
+  TERN_CHECK(st.length() <= s.length());
+  auto f = new_sequence();
+  auto& fs = dynamic_cast<CudaSequence&>(*f);
+  reserve(fs, st.length() + 1);
+  // The KV chunks in use, whole (kernels.h's layout), per KV head.
+  const size_t row = kHeadDim * sizeof(uint16_t);
+  const size_t used = size_t(st.length() + kKvChunk - 1) / kKvChunk * kKvChunk;
+  for (size_t i = 0; i < s.k.size(); ++i) {
+    if (s.k[i] == nullptr) continue;
+    for (auto [from, to] : {std::pair{s.k[i], fs.k[i]}, std::pair{s.v[i], fs.v[i]}})
+      check(cudaMemcpy2DAsync(to, size_t(fs.capacity) * row, from, size_t(s.capacity) * row,
+                              used * row, size_t(w_->cfg.n_kv_heads), cudaMemcpyDeviceToDevice,
+                              stream_),
+            "KV fork");
+  }
+  fs.length_ = st.length();
+  restore(fs, st);
+  return f;
+}
+
+size_t CudaBackend::kv_bytes_per_token() const {
+  const ModelConfig& c = w_->cfg;
+  return size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * kHeadDim * sizeof(uint16_t);
 }
 
 void CudaBackend::fill_synthetic(Sequence& seq, int64_t length, uint64_t seed) {

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/check.h"
 #include "core/error.h"
+#include "model/rope.h"
 
 namespace tern::cuda {
 
@@ -30,6 +31,13 @@ void check_supported(const ModelConfig& c) {
     fail("CUDA backend: expert width {} != shared expert width {}", c.moe_inter, c.shared_inter);
   if (c.moe_inter % 64 != 0)
     fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
+  // The GDN out-projection applies the gated RMSNorm in its tensor-core
+  // staging only (gemv in gemv.cu).
+  if (!gemv_tiles(DMat{.rows = c.hidden, .cols = c.lin_value_dim(), .bits = 4}))
+    fail(
+        "CUDA backend: GDN value width {} ({} heads of {}); the out-projection's gated norm needs "
+        "a multiple of 128 up to 4096",
+        c.lin_value_dim(), c.lin_v_heads, c.lin_v_dim);
 }
 
 // Empty weights for config c, once c is one the kernels take and there is a
@@ -43,6 +51,10 @@ std::unique_ptr<DeviceWeights> DeviceWeights::empty(const ModelConfig& c) {
   if (n == 0) fail("CUDA backend: no GPU found");
   std::unique_ptr<DeviceWeights> d(new DeviceWeights);
   d->cfg = c;
+  const std::vector<float> f = rope_inv_freqs(c.rope_theta, std::max(c.rotary_dim, 2));
+  d->rope_inv_freq = d->alloc_vec(f.size());
+  check(cudaMemcpy(d->rope_inv_freq, f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "rotary table");
   return d;
 }
 
@@ -99,12 +111,17 @@ namespace {
 
 // Copies the rows of a host matrix into rows [r0, r0 + t.rows) of m.
 void put(const DMat& m, int r0, const QTensor& t) {
-  if (!t.quantized() || t.bits != m.bits || t.group != kGroup || t.cols != m.cols ||
-      t.dtype != DType::bf16)
+  if (!t.quantized())
     fail(
-        "CUDA backend needs affine {}-bit group-64 weights with bf16 scales (load with --weights "
-        "q4)",
+        "CUDA backend needs affine {}-bit group-64 weights: load this dense checkpoint with "
+        "--weights q4 (quantised at load)",
         m.bits);
+  if (t.bits != m.bits || t.group != kGroup || t.cols != m.cols || t.dtype != DType::bf16)
+    fail(
+        "CUDA backend needs affine {}-bit group-64 weights with bf16 scales; this checkpoint has "
+        "{}-bit group-{} weights with {} scales: quantise its bf16 original with `tern convert` "
+        "(4-bit group 64)",
+        m.bits, t.bits, t.group, dtype_name(t.dtype));
   const size_t wrow = size_t(m.cols) * m.bits / 32, grow = size_t(m.cols / kGroup);
   check(cudaMemcpy(const_cast<uint32_t*>(m.w) + size_t(r0) * wrow, t.data, t.row_bytes() * t.rows,
                    cudaMemcpyHostToDevice),
@@ -175,6 +192,9 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelWeights& w) {
     d->layers.push_back(dl);
   }
   d->tile_matrices();
+  // The copies from pageable memory may still be in flight when cudaMemcpy
+  // returns; the backend's non-blocking stream would not wait for them.
+  check(cudaDeviceSynchronize(), "upload");
   return d;
 }
 
@@ -239,6 +259,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::random(const ModelConfig& c, uint6
   }
   check(cudaDeviceSynchronize(), "random weights");
   d->tile_matrices();
+  check(cudaDeviceSynchronize(), "random weights");
   return d;
 }
 

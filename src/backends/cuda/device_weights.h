@@ -35,6 +35,7 @@ class DeviceWeights {
   ModelConfig cfg;
   DMat embed, lm_head;
   float* final_norm = nullptr;
+  float* rope_inv_freq = nullptr;  // [rotary_dim / 2] (model/rope.h)
   std::vector<DevLayer> layers;
 
   size_t total_bytes() const { return bytes_; }

@@ -296,11 +296,17 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
                   a.W.cols % ng != 0 || a.norm == nullptr || a.gate == nullptr))
     return cudaErrorInvalidValue;
   if (tiled(a.W)) {
-    if (ng != 0) return launch_tiled<tile::Prep::gated>(a, st);
+    note_path(KernelPath::gemv_tile);
+    if (a.feed.acc != nullptr) note_path(KernelPath::gemv_feed);
+    if (ng != 0) {
+      note_path(KernelPath::gemv_tile_gated);
+      return launch_tiled<tile::Prep::gated>(a, st);
+    }
     if (a.norm != nullptr) return launch_tiled<tile::Prep::norm>(a, st);
     return launch_tiled<tile::Prep::plain>(a, st);
   }
   if (a.W.w == nullptr) return cudaErrorInvalidValue;
+  note_path(KernelPath::gemv_simt);
   if (a.W.bits == 4) return launch<4>(a, st);
   if (a.W.bits == 8) return launch<8>(a, st);
   return cudaErrorInvalidValue;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/sampling_rules.h"
 
@@ -218,9 +219,13 @@ struct AttnDecodeArgs {
   float* part = nullptr;  // [H][splits][256 + 2]
   float* out = nullptr;
   int heads = 0, kv_heads = 0, rotary = 0, capacity = 0, splits = 1;
-  float theta = 0;
+  const float* inv_freq = nullptr;  // [rotary / 2], model/rope.h's table
 };
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st);
+// The rotation's cos and sin at position pos (what attn_decode's prep uses),
+// for its test: cs, sn [rotary / 2].
+cudaError_t rotation_table(const float* inv_freq, int rotary, int pos, float* cs, float* sn,
+                           cudaStream_t st);
 constexpr int kMaxAttnSplits = 128;
 // Splits used for a context of n keys (fixed per captured graph tier).
 int attn_splits(int64_t n, int kv_heads);
@@ -263,6 +268,30 @@ struct SampleArgs {
 };
 size_t sample_scratch_bytes(int n);
 cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st);
+
+// The code paths the launchers took, counted at launch (so at capture for the
+// step graphs): the tests assert that the real model's widths run the
+// tensor-core tiles and the router feed, not only the SIMT fallbacks.
+enum class KernelPath : int {
+  gemv_tile,        // dense GEMV on tensor cores (plain, norm or gated staging)
+  gemv_tile_gated,  // ... the GDN out-projection's gated-norm staging
+  gemv_simt,        // dense GEMV, SIMT fallback
+  gemv_feed,        // a tile GEMV feeding the next router's logits
+  route_fed,        // routing + gate/up in one launch from fed logits
+  route_unfed,      // router launch, then gate/up
+  up_tile,          // experts' gate/up on tensor cores (fed or not)
+  up_simt,
+  down_tile,  // experts' down on tensor cores
+  down_simt,
+  count
+};
+void note_path(KernelPath p);
+// The current device's SM count (queried once; throws tern::Error if the
+// query fails).
+int sm_count();
+// Launches of each path since the last reset (KernelPath order).
+std::vector<long> path_counts();
+void reset_path_counts();
 
 // n empty kernels chained with programmatic dependent launch, as the decode
 // step chains its kernels: tern bench times a graph of them (launch overhead).

@@ -374,11 +374,18 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
     if (!fed_routable(r, u) || r.spent == nullptr || r.spent == r.fed) return cudaErrorInvalidValue;
+    note_path(KernelPath::route_fed);
+    note_path(KernelPath::up_tile);
     return tile::launch_batched<1>(up_job<true>(u, r), st);
   }
+  note_path(KernelPath::route_unfed);
   if (cudaError_t e = router(r, st); e != cudaSuccess) return e;
-  if (up_tiled(u)) return tile::launch<1, 3>(up_job<false>(u, {}), st);
+  if (up_tiled(u)) {
+    note_path(KernelPath::up_tile);
+    return tile::launch<1, 3>(up_job<false>(u, {}), st);
+  }
   if (u.gate_up.w == nullptr) return cudaErrorInvalidValue;
+  note_path(KernelPath::up_simt);
   const int rpb = rows_per_block(u.gate_up.cols / Chunk<4>::kCodes);
   dim3 grid((u.inter + rpb - 1) / rpb, u.top_k + 1);
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);
@@ -387,9 +394,12 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);
-  if (a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k))
+  if (a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k)) {
+    note_path(KernelPath::down_tile);
     return tile::launch<3, 1>(down_job(a), st);
+  }
   if (a.down.w == nullptr) return cudaErrorInvalidValue;
+  note_path(KernelPath::down_simt);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);

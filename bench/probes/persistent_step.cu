@@ -22,9 +22,9 @@
 // the schedule: µs a layer against the chain's ~25.5 at 4K and the floor.
 // A case is "key=value ..." (Case below); the default list is round 15's.
 //
-//   cmake --build build --target persistent_step && build/persistent_step
+//   (-DTERN_PROBES=ON) cmake --build build --target persistent_step && build/persistent_step
 //   [repeats [case ...]] (or nvcc -O3 -std=c++17 -arch=sm_90a -I src
-//   bench/persistent_step.cu)
+//   bench/probes/persistent_step.cu)
 #include <cuda_runtime.h>
 
 #include "backends/cuda/common.cuh"

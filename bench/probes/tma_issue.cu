@@ -5,8 +5,8 @@
 // the start, after the issuing instruction, and when the bytes have landed;
 // medians over blocks and 20 launches.
 //
-//   cmake --build build --target tma_issue && build/tma_issue (or nvcc -O3
-//   -std=c++17 -arch=sm_90a -I src bench/tma_issue.cu -o tma_issue)
+//   (-DTERN_PROBES=ON) cmake --build build --target tma_issue && build/tma_issue (or nvcc -O3
+//   -std=c++17 -arch=sm_90a -I src bench/probes/tma_issue.cu -o tma_issue)
 #include <cuda_runtime.h>
 
 #include <algorithm>

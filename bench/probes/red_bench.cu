@@ -4,10 +4,10 @@
 // (fp32, or 64-bit fixed point for a deterministic sum), against the same
 // blocks storing their partials to distinct rows (no reduction). Time of a
 // launch from the first block's start to the last block's end (globaltimer:
-// the issue of the reductions; when they land is bench/handoff.cu's "2K red"
+// the issue of the reductions; when they land is bench/probes/handoff.cu's "2K red"
 // cases), median over 200 launches, nothing else on the GPU.
 //
-//   cmake --build build --target red_bench && build/red_bench
+//   (-DTERN_PROBES=ON) cmake --build build --target red_bench && build/red_bench
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -18,8 +18,8 @@
 // Round 14 added L2 prefetches from a kernel outside the chain (a branch of
 // the graph forked before each producer): does a hand-off wait for them too?
 //
-//   cmake --build build --target handoff && build/handoff (or nvcc -O3
-//   -std=c++17 -arch=sm_90a -I src bench/handoff.cu -o handoff)
+//   (-DTERN_PROBES=ON) cmake --build build --target handoff && build/handoff (or nvcc -O3
+//   -std=c++17 -arch=sm_90a -I src bench/probes/handoff.cu -o handoff)
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 

@@ -4,7 +4,7 @@
 // sizes 2-16: what a kernel whose blocks hand off through DSMEM (a cluster a
 // key head, say) could count on in one wave.
 //
-//   cmake --build build --target cluster_occupancy && build/cluster_occupancy
+//   (-DTERN_PROBES=ON) cmake --build build --target cluster_occupancy && build/cluster_occupancy
 #include <cuda_runtime.h>
 
 #include <cstdio>

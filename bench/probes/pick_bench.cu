@@ -3,7 +3,7 @@
 // as measured), on 4096 logit sets with and without ties; both must choose the
 // same experts.
 //
-//   cmake --build build --target pick_bench && build/pick_bench
+//   (-DTERN_PROBES=ON) cmake --build build --target pick_bench && build/pick_bench
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -1,0 +1,41 @@
+// Host-side state of the CUDA kernels' launchers: the device's SM count
+// (queried once; a failed query is an error, not a silent 0) and the path
+// counters (kernels.h's KernelPath), touched once per launch.
+#include <array>
+#include <atomic>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda {
+
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    if (n <= 0) fail("CUDA device {} reports {} SMs", dev, n);
+    return n;
+  }();
+  return sms;
+}
+
+namespace {
+std::array<std::atomic<long>, size_t(KernelPath::count)> g_paths;
+}
+
+void note_path(KernelPath p) {
+  g_paths[size_t(p)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<long> path_counts() {
+  std::vector<long> out;
+  for (const auto& n : g_paths) out.push_back(n.load(std::memory_order_relaxed));
+  return out;
+}
+
+void reset_path_counts() {
+  for (auto& n : g_paths) n.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace tern::cuda

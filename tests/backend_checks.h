@@ -1,0 +1,97 @@
+// Checks every backend must pass, run on the CPU (tests/cpu) and on the GPU
+// (tests/cuda): session state saved, restored and forked gives the very
+// logits of an uninterrupted run; a completion split over several generate()
+// calls is the completion of one call; sampling histories are bounded.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "engine/backend.h"
+
+namespace tern::test {
+
+inline std::vector<int32_t> ids_from(int n, int32_t seed, int vocab) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[size_t(i)] = int32_t((seed + 7919 * int64_t(i)) % vocab);
+  return v;
+}
+
+// P then R on a fresh sequence, against: P, a save, Q, a restore, R; and a
+// fork at the save, then R. The same computations in the same order, so the
+// logits must be identical, bit for bit.
+inline void check_save_restore_fork(Backend& be) {
+  const int V = be.config().vocab;
+  const auto P = ids_from(23, 3, V), Q = ids_from(9, 11, V), R = ids_from(6, 5, V);
+  std::vector<float> want, got, scratch;
+  {
+    auto s = be.new_sequence();
+    be.forward(*s, P, Logits::last, scratch);
+    be.forward(*s, R, Logits::all, want);
+  }
+  auto s = be.new_sequence();
+  be.forward(*s, P, Logits::last, scratch);
+  const auto st = be.save(*s);
+  EXPECT_EQ(st->length(), int64_t(P.size()));
+  EXPECT_GT(st->bytes(), 0u);
+  be.forward(*s, Q, Logits::last, scratch);
+  auto f = be.fork(*s, *st);  // from a sequence that has moved on
+  EXPECT_EQ(f->length(), int64_t(P.size()));
+  be.restore(*s, *st);
+  EXPECT_EQ(s->length(), int64_t(P.size()));
+  be.forward(*s, R, Logits::all, got);
+  EXPECT_EQ(got, want) << "restored";
+  be.forward(*f, R, Logits::all, got);
+  EXPECT_EQ(got, want) << "forked";
+  // A restore of the same state twice (the cache serves a snapshot again).
+  be.restore(*s, *st);
+  be.forward(*s, R, Logits::all, got);
+  EXPECT_EQ(got, want) << "restored again";
+}
+
+// n tokens in one generate() call, or in calls of the given sizes (each
+// feeding the last token the one before delivered): the same tokens.
+inline void check_split_generation(Backend& be, const SamplingParams& p) {
+  const int V = be.config().vocab;
+  const auto prompt = ids_from(12, 17, V);
+  auto run = [&](const std::vector<int>& calls) {
+    auto s = be.new_sequence();
+    std::vector<float> logits;
+    be.forward(*s, std::span(prompt).first(prompt.size() - 1), Logits::last, logits);
+    be.start_sampling(*s, p, prompt);
+    std::vector<int32_t> ids;
+    int32_t next = prompt.back();
+    for (int n : calls) {
+      be.generate(*s, next, n, [&](int32_t t) {
+        ids.push_back(t);
+        return true;
+      });
+      next = ids.back();
+    }
+    EXPECT_EQ(s->length(), int64_t(prompt.size() + ids.size() - 1));
+    return ids;
+  };
+  const auto whole = run({40});
+  EXPECT_EQ(whole.size(), 40u);
+  EXPECT_EQ(run({7, 13, 1, 19}), whole);
+  EXPECT_EQ(run({1, 1, 38}), whole);
+}
+
+inline void check_history_bounds(Backend& be) {
+  auto s = be.new_sequence();
+  std::vector<float> logits;
+  const auto P = ids_from(5, 2, be.config().vocab);
+  be.forward(*s, P, Logits::last, logits);
+  std::vector<int32_t> h = P;
+  h.push_back(1);
+  EXPECT_NO_THROW(be.start_sampling(*s, SamplingParams{}, h));  // the prompt and one to feed
+  h.push_back(1);
+  EXPECT_THROW(be.start_sampling(*s, SamplingParams{}, h), Error);
+  EXPECT_THROW(be.start_sampling(*s, SamplingParams{}, std::vector<int32_t>{-1}), Error);
+  EXPECT_THROW(be.start_sampling(*s, SamplingParams{}, std::vector<int32_t>{be.config().vocab}),
+               Error);
+}
+
+}  // namespace tern::test

@@ -1,0 +1,39 @@
+// The backend checks of tests/backend_checks.h on the CPU backend.
+#include <gtest/gtest.h>
+
+#include "backend_checks.h"
+#include "backends/cpu/cpu_backend.h"
+#include "test_util.h"
+
+namespace tern::test {
+namespace {
+
+// ctest runs each test in its own process, in parallel: one checkpoint (seed) per test.
+std::unique_ptr<CpuBackend> tiny_cpu(uint64_t seed) {
+  return std::make_unique<CpuBackend>(
+      load_model(tiny_checkpoint(Layout::mlx4, seed), WeightMode::q4));
+}
+
+TEST(CpuSession, SaveRestoreForkGiveTheUninterruptedLogits) {
+  check_save_restore_fork(*tiny_cpu(31));
+}
+
+TEST(CpuSession, SplitGenerationEqualsOneCall) {
+  auto be = tiny_cpu(32);
+  check_split_generation(*be, SamplingParams{});
+  check_split_generation(*be, chat_sampling(9));
+}
+
+TEST(CpuSession, SamplingHistoryIsBounded) {
+  check_history_bounds(*tiny_cpu(33));
+}
+
+TEST(CpuSession, KvBytesPerTokenCountsTheAttentionLayers) {
+  auto be = tiny_cpu(34);
+  const ModelConfig& c = be->config();
+  EXPECT_EQ(be->kv_bytes_per_token(),
+            size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4);
+}
+
+}  // namespace
+}  // namespace tern::test

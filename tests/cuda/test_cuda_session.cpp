@@ -1,0 +1,126 @@
+// The CUDA backend's session state and stream order: tests/backend_checks.h
+// on the GPU, a restore that must wait for the stream's earlier work, the
+// sampler's state across calls, and the rotary angle at long context.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "backend_checks.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
+#include "gpu_test_util.h"
+#include "model/rope.h"
+
+namespace tern::test {
+
+cudaError_t delay_fill(float* p, size_t n, float v, long long ns, cudaStream_t st);
+
+namespace {
+
+static_assert(!std::is_copy_constructible_v<cuda::CudaSequence>);
+static_assert(!std::is_copy_assignable_v<cuda::CudaSequence>);
+
+TEST(CudaSession, SaveRestoreForkGiveTheUninterruptedLogits) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend be(tiny_dummy_weights());
+  check_save_restore_fork(be);
+}
+
+TEST(CudaSession, SplitGenerationEqualsOneCall) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend be(tiny_dummy_weights());
+  check_split_generation(be, SamplingParams{});
+  check_split_generation(be, chat_sampling(9));
+}
+
+TEST(CudaSession, SplitGenerationEqualsTheCpu) {
+  TERN_REQUIRE_GPU();
+  auto w = tiny_dummy_weights();
+  CpuBackend cpu(w);
+  cuda::CudaBackend gpu(w);
+  for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)}) {
+    auto run = [&](Backend& be) {
+      auto s = be.new_sequence();
+      const auto prompt = ids_from(9, 21, be.config().vocab);
+      std::vector<float> logits;
+      be.forward(*s, std::span(prompt).first(8), Logits::last, logits);
+      be.start_sampling(*s, p, prompt);
+      std::vector<int32_t> ids;
+      int32_t next = prompt.back();
+      for (int n : {5, 11, 16}) {
+        be.generate(*s, next, n, [&](int32_t t) {
+          ids.push_back(t);
+          return true;
+        });
+        next = ids.back();
+      }
+      return ids;
+    };
+    EXPECT_EQ(run(gpu), run(cpu)) << (p.greedy() ? "greedy" : "sampled");
+  }
+}
+
+TEST(CudaSession, SamplingHistoryIsBounded) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend be(tiny_dummy_weights());
+  check_history_bounds(be);
+}
+
+// A kernel on the backend's stream spins for 50 ms, then poisons the
+// recurrent state with NaN; restore() right after must copy the snapshot in
+// only once that is done (stream order), so the logits come out finite and
+// equal to the uninterrupted run's. A restore issued on another stream (the
+// legacy default stream, as cudaMemcpy did) would land before the poison.
+TEST(CudaSession, RestoreIsOrderedAfterTheStreamsEarlierWork) {
+  TERN_REQUIRE_GPU();
+  auto w = tiny_dummy_weights();
+  const ModelConfig& c = w->cfg;
+  cuda::CudaBackend be(w);
+  const auto P = ids_from(10, 1, c.vocab), R = ids_from(4, 2, c.vocab);
+  std::vector<float> want, got, scratch;
+  {
+    auto s = be.new_sequence();
+    be.forward(*s, P, Logits::last, scratch);
+    be.forward(*s, R, Logits::last, want);
+  }
+  auto s = be.new_sequence();
+  auto& cs = dynamic_cast<cuda::CudaSequence&>(*s);
+  be.forward(*s, P, Logits::last, scratch);
+  const auto st = be.save(*s);
+  const size_t nS = size_t(c.lin_v_heads) * cuda::kGdnDim * cuda::kGdnDim;
+  for (float* S : cs.S) {
+    if (S != nullptr) {
+      ASSERT_EQ(delay_fill(S, nS, NAN, 50'000'000, be.stream()), cudaSuccess);
+    }
+  }
+  be.restore(*s, *st);
+  be.forward(*s, R, Logits::last, got);
+  EXPECT_EQ(got, want);
+}
+
+// The prep's rotation at long context: cos and sin of the CPU's fp32 angle
+// pos * inv_freq[i] (model/rope.h's table), against the same angle's cos and
+// sin in double precision. sincosf is within 2 ulp over any argument; a
+// different inv_freq (one ulp at 262,143) would turn the angle by up to ~0.03.
+TEST(CudaRope, RotationAtLongContextMatchesDoublePrecision) {
+  TERN_REQUIRE_GPU();
+  const ModelConfig c = parse_config(preset_config("35b-a3b"), "35b");
+  const std::vector<float> f = rope_inv_freqs(c.rope_theta, c.rotary_dim);
+  auto dinv = to_dev(f);
+  auto dcs = to_dev(std::vector<float>(f.size())), dsn = to_dev(std::vector<float>(f.size()));
+  for (int pos : {0, 1, 70000, 131071, 262143}) {
+    ASSERT_EQ(cuda::rotation_table(dinv.get(), c.rotary_dim, pos, dcs.get(), dsn.get(), nullptr),
+              cudaSuccess);
+    const auto cs = to_host(dcs.get(), f.size()), sn = to_host(dsn.get(), f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+      const double angle = double(float(pos) * f[i]);  // the fp32 angle, exactly
+      EXPECT_NEAR(cs[i], std::cos(angle), 3e-7) << "pos " << pos << " i " << i;
+      EXPECT_NEAR(sn[i], std::sin(angle), 3e-7) << "pos " << pos << " i " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tern::test
