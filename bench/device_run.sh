@@ -7,7 +7,7 @@
 # status and counts go into $OUT/summary.txt, which the call prints last and
 # which is committed under bench/results/ as tests-summary-<rev>.txt.
 # DECODE and GEN override the context lengths and timed tokens; BENCH=0 runs
-# the tests only; FILTER is a gtest filter.
+# the tests only, LEAVE=0 skips the leave-one-out; FILTER is a gtest filter.
 set -uo pipefail
 source "$(dirname "$0")/prebuilt_env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee $OUT/gpu.txt
@@ -36,8 +36,10 @@ if [ "${BENCH:-1}" = 1 ]; then
     --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \
     --gen "${GEN:-128}" --repeat 3 --json $OUT/bench.json --plot $OUT/bench.svg \
     --rev "$REV" 2>&1 | tee $OUT/bench.log
-  # One-step breakdown by leave-one-out at 4K: the step time without each kernel
-  # (tern bench --leave-out), against the full step.
+fi
+# One-step breakdown by leave-one-out at 4K: the step time without each kernel
+# (tern bench --leave-out), against the full step; then the sampler at 4K.
+if [ "${BENCH:-1}" = 1 ] && [ "${LEAVE:-1}" = 1 ]; then
   for k in none embed gdn_in gdn_step gdn_out qkv attention o_proj route_up down lm_head; do
     L=""; [ "$k" != none ] && L="--leave-out $k"
     echo "$k $($BIN/tern bench --dummy 35b-a3b --backend cuda --decode 4096 --gen 64 --repeat 3 $L 2>&1 |
