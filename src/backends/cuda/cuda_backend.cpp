@@ -359,6 +359,7 @@ void CudaBackend::start_sampling(Sequence& seq, const SamplingParams& p,
   const SampleRules rules = sample_rules(p);
   s.sampled = !p.greedy();
   s.sampler.reset();  // the state is the device's
+  s.draws = 0;
   static const int zero = 0;
   check(cudaMemcpyAsync(s.ints + kStep, &zero, sizeof(int), cudaMemcpyHostToDevice, stream_),
         "draw counter");
@@ -392,11 +393,13 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
         "token");
   // Step i feeds the token chosen by step i - 1 (already on the device) and
-  // streams its own choice into ids_out_[i % 2].
+  // streams its own choice, ring slot draws (the completion's step count:
+  // earlier calls continue there), into ids_out_[i % 2].
   auto enqueue = [&](int i) {
     run_step(s, s.sampled);
-    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + (i & (kOutRing - 1)), sizeof(int),
-                          cudaMemcpyDeviceToHost, stream_),
+    const int64_t slot = s.draws++ & (kOutRing - 1);
+    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
+                          stream_),
           "id");
     check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
   };

@@ -38,6 +38,7 @@ class CudaSequence : public Sequence {
   int* counts = nullptr;         // sampler: [vocab] token counts of the history
   SampleRules* rules = nullptr;  // sampler parameters
   bool sampled = false;          // the completion chooses with the sampler, not arg-max
+  int64_t draws = 0;             // steps of the completion so far: its next id's ring slot
   // The step ending in arg-max (prefill's forward and greedy completions) and
   // the one ending in the sampler.
   StepGraph graphs[2];
