@@ -1,5 +1,7 @@
 #include "cli/model_options.h"
 
+#include "backends/factory.h"
+
 namespace tern::cli {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {

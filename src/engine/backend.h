@@ -46,14 +46,25 @@ class SequenceState {
   int64_t length_ = 0;
 };
 
-enum class Logits { last, all };
+// Which logits forward() returns: the last token's, every token's (scoring)
+// or none (a prefill chunk whose logits nobody reads: no lm_head).
+enum class Logits { last, all, none };
+
+// Optional parts of generate().
+struct GenerateHooks {
+  TokenConstraint* constraint = nullptr;
+  // The raw logits (before penalties, temperature and mask) each chosen token
+  // was drawn from, called just before on_token with that token (logprobs).
+  std::function<void(std::span<const float>)> on_logits;
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::unique_ptr<Sequence> new_sequence() = 0;
   // Runs `tokens` after those already in `seq`. Writes float logits for the
-  // last token ([vocab]) or for every token ([n, vocab]) into `logits`.
+  // last token ([vocab]), for every token ([n, vocab]) or none (empty) into
+  // `logits`.
   virtual void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                        std::vector<float>& logits) = 0;
   // Starts a completion on `seq`: sampling parameters `p`, penalty counts of
@@ -68,11 +79,12 @@ class Backend {
   // run; when on_token ended it, the last one is fed too (the CUDA backend runs
   // one step ahead of the caller, and every backend does the same). Several
   // calls (each `first` the previous call's last token) choose exactly what
-  // one call would. With a constraint, only the tokens it allows are drawn.
+  // one call would. With hooks.constraint, only the tokens it allows are
+  // drawn; with hooks.on_logits, each choice's raw logits come first.
   // The default runs forward() and seq.sampler.
   virtual void generate(Sequence& seq, int32_t first, int max_tokens,
                         const std::function<bool(int32_t)>& on_token,
-                        TokenConstraint* constraint = nullptr);
+                        const GenerateHooks& hooks = {});
   // Session reuse. The state of `seq` as it is now.
   virtual std::unique_ptr<SequenceState> save(const Sequence& seq) = 0;
   // Rewinds `seq` to st.length() tokens, whose tokens must be the ones `st`
@@ -82,8 +94,12 @@ class Backend {
   // A new sequence holding the first st.length() tokens of `seq` (KV cache
   // copied) and st's state; `seq` is left as it was.
   virtual std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) = 0;
-  // Memory a sequence keeps per token (its KV cache).
-  virtual size_t kv_bytes_per_token() const = 0;
+  // Memory a sequence holds (KV cache as allocated, recurrent and conv state).
+  virtual size_t sequence_bytes(const Sequence& seq) const = 0;
+
+  // The longest prefill call the engine makes (the cancellation latency of a
+  // prefill is one such call).
+  virtual int64_t prefill_chunk() const { return 512; }
 
   virtual const ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
@@ -93,8 +109,5 @@ class Backend {
   // seq and the one generate() feeds next.
   void check_history(const Sequence& seq, std::span<const int32_t> history) const;
 };
-
-std::unique_ptr<Backend> make_backend(const std::string& name,
-                                      std::shared_ptr<const ModelWeights> weights);
 
 }  // namespace tern

@@ -32,14 +32,16 @@ void Backend::start_sampling(Sequence& seq, const SamplingParams& p,
 }
 
 void Backend::generate(Sequence& seq, int32_t first, int max_tokens,
-                       const std::function<bool(int32_t)>& on_token, TokenConstraint* constraint) {
+                       const std::function<bool(int32_t)>& on_token, const GenerateHooks& hooks) {
   if (!seq.sampler) fail("generate() before start_sampling()");
   Sampler& sampler = *seq.sampler;
+  TokenConstraint* constraint = hooks.constraint;
   std::vector<float> logits;
   std::vector<uint32_t> mask;
   int32_t token = first;
   for (int n = 0; n < max_tokens; ++n) {
     forward(seq, std::span(&token, 1), Logits::last, logits);
+    if (hooks.on_logits) hooks.on_logits(logits);
     if (constraint && !constraint->unconstrained()) {
       mask.assign(mask_words(config().vocab), 0);
       constraint->allowed(mask);

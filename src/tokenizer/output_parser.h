@@ -26,7 +26,11 @@ class OutputParser {
  public:
   // `in_reasoning`: the prompt already opened <think> (see prompt_opens_reasoning).
   // `tools`: the request's tool list, which types the parameter values.
-  explicit OutputParser(bool in_reasoning, const nlohmann::ordered_json& tools = nullptr);
+  // `tool_calls` false: <tool_call> blocks are text (the request allows none).
+  // A call written inside the reasoning is still a call; the reasoning goes
+  // on after it.
+  explicit OutputParser(bool in_reasoning, const nlohmann::ordered_json& tools = nullptr,
+                        bool tool_calls = true);
 
   // Feeds generated text; returns what became certain.
   ParsedDelta push(std::string_view text);
@@ -39,15 +43,18 @@ class OutputParser {
   void process(bool final, ParsedDelta& out);
   void emit_reasoning(std::string_view s, ParsedDelta& out);
   void emit_content(std::string_view s, ParsedDelta& out);
+  void emit_text(std::string_view s, ParsedDelta& out);
 
   ToolSchemas schemas_;
+  bool tool_calls_;
   Mode mode_;
-  std::string buf_;                // text not yet classified
-  std::string held_space_;         // content whitespace that waits for more content
-  std::string space_before_call_;  // ... and the whitespace before a <tool_call>
-  size_t call_scanned_ = 0;        // buf_ offset known to hold no </tool_call>
-  bool reasoning_begun_ = false;   // leading newlines of the reasoning are dropped
-  bool content_begun_ = false;     // ... and of the content
+  bool call_in_reasoning_ = false;  // the open call began inside <think>
+  std::string buf_;                 // text not yet classified
+  std::string held_space_;          // content whitespace that waits for more content
+  std::string space_before_call_;   // ... and the whitespace before a <tool_call>
+  size_t call_scanned_ = 0;         // buf_ offset known to hold no </tool_call>
+  bool reasoning_begun_ = false;    // leading newlines of the reasoning are dropped
+  bool content_begun_ = false;      // ... and of the content
 };
 
 // Whether a rendered prompt leaves the model inside an open <think> block

@@ -28,11 +28,16 @@ TEST(CpuSession, SamplingHistoryIsBounded) {
   check_history_bounds(*tiny_cpu(33));
 }
 
-TEST(CpuSession, KvBytesPerTokenCountsTheAttentionLayers) {
+TEST(CpuSession, SequenceBytesGrowWithTheKvCache) {
   auto be = tiny_cpu(34);
   const ModelConfig& c = be->config();
-  EXPECT_EQ(be->kv_bytes_per_token(),
-            size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4);
+  auto s = be->new_sequence();
+  const size_t empty = be->sequence_bytes(*s);
+  std::vector<float> l;
+  be->forward(*s, ids_from(100, 1, c.vocab), Logits::none, l);
+  EXPECT_TRUE(l.empty());
+  EXPECT_GE(be->sequence_bytes(*s) - empty,
+            size_t(100) * c.n_full_layers() * 2 * c.n_kv_heads * c.head_dim * sizeof(float));
 }
 
 }  // namespace

@@ -117,6 +117,32 @@ TEST(OutputParser, MalformedToolCallsBecomeContent) {
         {"", "<tool_call>\n<function=>\n</function>\n</tool_call>", {}});
 }
 
+// Qwen3.6 sometimes calls a tool before closing <think>: still a call, and
+// the reasoning goes on after it; a mention of the tag in the reasoning that
+// is no call stays reasoning.
+TEST(OutputParser, ToolCallInsideReasoningIsACall) {
+  const std::string call =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
+      "</tool_call>";
+  check("I should look it up.\n" + call + "\ndone</think>\n\nIt is cold.", true,
+        {"I should look it up.\ndone", "It is cold.", {{"get_weather", R"({"city":"Oslo"})"}}});
+  check("I could use <tool_call> here, but no.</think>\n\nNo.", true,
+        {"I could use <tool_call> here, but no.", "No.", {}});
+  check("Use <tool_call> tags.", false, {"", "Use <tool_call> tags.", {}});
+}
+
+// With tool calls off (tool_choice "none"), a call block is plain content.
+TEST(OutputParser, ToolCallsOffKeepsTheText) {
+  const std::string text =
+      "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+      "</function>\n</tool_call>";
+  OutputParser p(false, kTools, false);
+  ParsedDelta d = p.push(text);
+  d.append(p.finish());
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, text);
+}
+
 TEST(OutputParser, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));

@@ -49,6 +49,10 @@ void CpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Lo
     for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
   }
   seq.length_ += T;
+  if (which == Logits::none) {
+    logits.clear();
+    return;
+  }
   const int64_t first = which == Logits::all ? 0 : T - 1, n = T - first;
   for (int64_t t = 0; t < n; ++t)
     cpu::rms_norm(&h[size_t((first + t) * D)], w_->final_norm.data(), D, c.rms_eps,
@@ -105,9 +109,12 @@ std::unique_ptr<Sequence> CpuBackend::fork(const Sequence& seq, const SequenceSt
   return f;
 }
 
-size_t CpuBackend::kv_bytes_per_token() const {
-  const ModelConfig& c = w_->cfg;
-  return size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * size_t(c.head_dim) * sizeof(float);
+size_t CpuBackend::sequence_bytes(const Sequence& seq) const {
+  const auto& s = dynamic_cast<const CpuSequence&>(seq);
+  size_t b = 0;
+  for (const auto& kv : s.kv) b += (kv.k.capacity() + kv.v.capacity()) * sizeof(float);
+  for (const auto& g : s.gdn) b += (g.conv.capacity() + g.S.capacity()) * sizeof(float);
+  return b;
 }
 
 }  // namespace tern

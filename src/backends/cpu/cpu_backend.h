@@ -27,7 +27,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<SequenceState> save(const Sequence& seq) override;
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
-  size_t kv_bytes_per_token() const override;
+  size_t sequence_bytes(const Sequence& seq) const override;
+  int64_t prefill_chunk() const override { return 128; }
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cpu"; }
 

@@ -60,6 +60,7 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
 CudaBackend::~CudaBackend() {
   for (void* p : bufs_) cudaFree(p);
   cudaFreeHost(ids_out_);
+  cudaFreeHost(logits_out_);
   for (cudaEvent_t e : id_ready_) cudaEventDestroy(e);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -328,7 +329,7 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
     fail("sequence of {} tokens exceeds the model's {} positions", s.length() + T, c.max_positions);
   for (int32_t id : tokens)
     if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
-  logits.resize(size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
+  logits.resize(which == Logits::none ? 0 : size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
   // The arg-max step advances the draw counter: kept aside for the completion.
   check(cudaMemcpyAsync(s.ints + kSavedStep, s.ints + kStep, sizeof(int), cudaMemcpyDeviceToDevice,
                         stream_),
@@ -338,7 +339,7 @@ void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits
                           stream_),
           "token");
     run_step(s, false);
-    if (which == Logits::all || t == T - 1) {
+    if (which == Logits::all || (which == Logits::last && t == T - 1)) {
       float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
       check(cudaMemcpyAsync(dst, logits_, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
                             stream_),
@@ -383,10 +384,14 @@ void CudaBackend::start_sampling(Sequence& seq, const SamplingParams& p,
 
 void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
                            const std::function<bool(int32_t)>& on_token,
-                           TokenConstraint* constraint) {
+                           const GenerateHooks& hooks) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const ModelConfig& c = w_->cfg;
-  if (constraint != nullptr) fail("constrained decoding is not supported on the CUDA backend yet");
+  if (hooks.constraint != nullptr)
+    fail("constrained decoding is not supported on the CUDA backend yet");
+  const bool want_logits = bool(hooks.on_logits);
+  if (want_logits && logits_out_ == nullptr)
+    check(cudaMallocHost(&logits_out_, 2 * size_t(c.vocab) * sizeof(float)), "pinned logits");
   if (first < 0 || first >= c.vocab)
     fail("token id {} is outside the vocabulary [0, {})", first, c.vocab);
   if (max_tokens <= 0) return;
@@ -401,12 +406,17 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
     check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
                           stream_),
           "id");
+    if (want_logits)  // the slot of step i - 2, whose logits the host has used
+      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * c.vocab, logits_,
+                            size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+            "logits");
     check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
   };
   enqueue(0);
   for (int i = 0;; ++i) {
     if (i + 1 < max_tokens) enqueue(i + 1);  // the GPU stays a step ahead
     check(cudaEventSynchronize(id_ready_[i % 2]), "id");
+    if (want_logits) hooks.on_logits({logits_out_ + size_t(i % 2) * c.vocab, size_t(c.vocab)});
     if (!on_token(ids_out_[i % 2]) || i + 1 == max_tokens) break;
   }
   check(cudaStreamSynchronize(stream_), "generate");
@@ -520,9 +530,16 @@ std::unique_ptr<Sequence> CudaBackend::fork(const Sequence& seq, const SequenceS
   return f;
 }
 
-size_t CudaBackend::kv_bytes_per_token() const {
+size_t CudaBackend::sequence_bytes(const Sequence& seq) const {
+  const auto& s = dynamic_cast<const CudaSequence&>(seq);
   const ModelConfig& c = w_->cfg;
-  return size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * kHeadDim * sizeof(uint16_t);
+  const size_t kv = size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * kHeadDim *
+                    sizeof(uint16_t) * size_t(s.capacity);
+  const size_t state =
+      size_t(c.n_linear_layers()) *
+      (size_t(c.lin_v_heads) * kGdnDim * kGdnDim + size_t(c.conv_kernel - 1) * c.conv_channels()) *
+      sizeof(float);
+  return kv + state;
 }
 
 void CudaBackend::fill_synthetic(Sequence& seq, int64_t length, uint64_t seed) {

@@ -65,11 +65,11 @@ class CudaBackend : public Backend {
   // Streams with the choice on the device, one step ahead of the caller.
   void generate(Sequence& seq, int32_t first, int max_tokens,
                 const std::function<bool(int32_t)>& on_token,
-                TokenConstraint* constraint = nullptr) override;
+                const GenerateHooks& hooks = {}) override;
   std::unique_ptr<SequenceState> save(const Sequence& seq) override;
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
-  size_t kv_bytes_per_token() const override;
+  size_t sequence_bytes(const Sequence& seq) const override;
   // The stream every call's work is ordered on (for the tests).
   cudaStream_t stream() const { return stream_; }
   // Greedy decoding of n tokens after `first`.
@@ -116,7 +116,8 @@ class CudaBackend : public Backend {
   unsigned* counters_;        // [router, argmax]
   unsigned long long* feed_;  // [n_experts + 1] router logits fed by o_proj / out_proj
   void* sample_scratch_;
-  int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
+  int* ids_out_ = nullptr;       // pinned [2]: streamed ids, alternating
+  float* logits_out_ = nullptr;  // pinned [2][vocab] for GenerateHooks::on_logits (on first use)
   cudaEvent_t id_ready_[2] = {};
 };
 

@@ -1,4 +1,4 @@
-#include "engine/backend.h"
+#include "backends/factory.h"
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"

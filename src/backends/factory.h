@@ -1,0 +1,18 @@
+// The one place that knows every backend: builds the one a flag names. Above
+// engine/ (which knows only the Backend interface) and below the commands.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/scripted_backend.h"
+
+namespace tern {
+
+// "cpu" or "cuda" over loaded weights.
+std::unique_ptr<Backend> make_backend(const std::string& name,
+                                      std::shared_ptr<const ModelWeights> weights);
+
+}  // namespace tern

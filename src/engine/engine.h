@@ -1,0 +1,51 @@
+// The generation flow every front end shares (tern run, chat, serve): a
+// request's prompt served from the session cache where it can be, the rest
+// prefilled by plan (prefill_plan.h, snapshots on the way), then streamed
+// tokens detokenized, parsed into reasoning / content / tool calls, cut at
+// stop strings and end tokens, with usage and timings at the end. One engine
+// runs one request at a time on the thread that owns the backend.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "engine/backend.h"
+#include "engine/prefill_plan.h"
+#include "engine/request.h"
+#include "engine/session_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern {
+
+struct EngineOptions {
+  size_t cache_bytes = size_t(4) << 30;  // session cache budget (0: no reuse)
+  int64_t snapshot_every = 4096;         // periodic snapshots inside long prompts (0: none)
+  int64_t chunk = 0;                     // longest prefill call (0: the backend's choice)
+  int64_t ctx_size = 0;                  // prompt + completion at most (0: the model's)
+};
+
+class Engine {
+ public:
+  // `tok` may be null (token ids only: no text, no stop strings).
+  Engine(Backend& be, const Tokenizer* tok, const EngineOptions& o);
+
+  // Runs r to its end, calling on_delta with each piece of output. Throws
+  // tern::Error on bad input (a token outside the vocabulary, a prompt too long).
+  Result run(const Request& r, const std::function<void(Delta&&)>& on_delta);
+
+  Backend& backend() { return be_; }
+  const Tokenizer* tokenizer() const { return tok_; }
+  const SessionCache& cache() const { return cache_; }
+  int64_t ctx_size() const { return ctx_; }
+  bool is_end_token(int32_t id) const;
+
+ private:
+  Backend& be_;
+  const Tokenizer* tok_;
+  PrefillPolicy policy_;
+  int64_t ctx_;
+  std::vector<int32_t> end_ids_;
+  SessionCache cache_;
+};
+
+}  // namespace tern

@@ -1,0 +1,69 @@
+// Helpers of the engine tests: the tiny dummy with the Qwen3 tokenizer, chat
+// prompts rendered and encoded, an engine run collected into one result.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "model/dummy.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern::test {
+
+// The tiny dummy checkpoint with the Qwen3 tokenizer (one per test process and seed).
+inline std::string tiny_with_tokenizer(uint64_t seed) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("tern_engine_tiny_" + std::to_string(seed) + "_" + std::to_string(getpid()));
+  if (!std::filesystem::exists(p / "config.json")) {
+    DummyOptions o;
+    o.preset = "tiny";
+    o.seed = seed;
+    o.out_dir = p.string();
+    o.tokenizer_dir = TERN_QWEN3_TOKENIZER;
+    make_dummy(o);
+  }
+  return p.string();
+}
+
+struct TinyModel {
+  explicit TinyModel(uint64_t seed)
+      : dir(tiny_with_tokenizer(seed)),
+        tok(Tokenizer::load(dir)),
+        be(load_model(dir, WeightMode::q4)) {}
+  std::string dir;
+  Tokenizer tok;
+  CpuBackend be;
+
+  std::vector<int32_t> chat(const nlohmann::ordered_json& messages, bool thinking = false) const {
+    nlohmann::ordered_json req = {
+        {"messages", messages}, {"add_generation_prompt", true}, {"enable_thinking", thinking}};
+    return tok.encode(render_chat(req));
+  }
+};
+
+// A run's whole output.
+struct Output {
+  Result result;
+  std::string content, reasoning, text;
+  std::vector<ToolCall> tool_calls;
+  std::vector<TokenLogprob> logprobs;
+};
+
+inline Output run_all(Engine& e, const Request& r) {
+  Output out;
+  out.result = e.run(r, [&](Delta&& d) {
+    out.content += d.chat.content;
+    out.reasoning += d.chat.reasoning;
+    out.text += d.text;
+    for (auto& c : d.chat.tool_calls) out.tool_calls.push_back(std::move(c));
+    for (auto& l : d.logprobs) out.logprobs.push_back(std::move(l));
+  });
+  return out;
+}
+
+}  // namespace tern::test
