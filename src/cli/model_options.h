@@ -17,6 +17,8 @@ struct ModelOptions {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o);
 
+// Loads the checkpoint (reading it in whole, with progress).
+std::shared_ptr<ModelWeights> load_weights(const ModelOptions& o);
 // Loads the checkpoint and builds the backend the flags ask for.
 std::unique_ptr<Backend> open_backend(const ModelOptions& o);
 

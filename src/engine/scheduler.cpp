@@ -47,8 +47,9 @@ Scheduler::~Scheduler() {
   thread_.join();
 }
 
-std::shared_ptr<Job> Scheduler::submit(Request r) {
+std::shared_ptr<Job> Scheduler::submit(Request r, EndHook on_end) {
   auto job = std::make_shared<Job>(std::move(r));
+  job->on_end_ = std::move(on_end);
   {
     std::lock_guard lock(m_);
     if (stop_ || queue_.size() >= max_queue_) return nullptr;
@@ -91,6 +92,7 @@ void Scheduler::loop() {
       spdlog::error("request {} failed: {}", job->request().id, e.what());
       end.error = e.what();
     }
+    if (job->on_end_) job->on_end_(*job, end);
     job->push(std::move(end));
     std::lock_guard lock(m_);
     running_ = false;

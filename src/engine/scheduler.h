@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,7 @@ class Job {
  private:
   friend class Scheduler;
   void push(Event e);
+  std::function<void(const Job&, const Event&)> on_end_;
   void mark_started();
 
   Request req_;
@@ -55,8 +57,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues r; nullptr when max_queue requests are already waiting.
-  std::shared_ptr<Job> submit(Request r);
+  // Queues r; nullptr when max_queue requests are already waiting. on_end
+  // runs on the engine thread when it ends, read by the submitter or not.
+  using EndHook = std::function<void(const Job&, const Job::Event&)>;
+  std::shared_ptr<Job> submit(Request r, EndHook on_end = {});
   size_t waiting() const;  // queued, not yet started
   bool busy() const;       // a request is running
   Engine& engine() { return engine_; }

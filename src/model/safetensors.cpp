@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -215,6 +216,28 @@ std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> out;
   for (const auto& kv : index_) out.push_back(kv.first);
   return out;
+}
+
+void SafetensorsFile::prefault(Progress& p) const {
+  if (map_ == nullptr) return;
+  const auto* b = static_cast<const volatile uint8_t*>(map_);
+  constexpr size_t kPage = 4096, kStep = size_t(64) << 20;
+  madvise(map_, size_, MADV_WILLNEED);
+  for (size_t off = 0; off < size_; off += kStep) {
+    const size_t end = std::min(size_, off + kStep);
+    for (size_t i = off; i < end; i += kPage) (void)b[i];
+    p.add(end - off);
+  }
+}
+
+size_t TensorStore::mapped_bytes() const {
+  size_t n = 0;
+  for (const auto& f : files_) n += f->size();
+  return n;
+}
+
+void TensorStore::prefault(Progress& p) const {
+  for (const auto& f : files_) f->prefault(p);
 }
 
 }  // namespace tern

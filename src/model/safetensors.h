@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
+
 namespace tern {
 
 enum class DType { bf16, f16, f32, u32, other };
@@ -43,6 +45,9 @@ class SafetensorsFile {
 
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::string& path() const { return path_; }
+  size_t size() const { return size_; }
+  // Reads every page, so later use runs from memory (reports its bytes).
+  void prefault(Progress& p) const;
 
  private:
   std::string path_;
@@ -61,6 +66,9 @@ class TensorStore {
   const TensorView* find(const std::string& name) const;
   std::vector<std::string> names() const;
   const std::string& dir() const { return dir_; }
+  size_t mapped_bytes() const;
+  // Reads the whole checkpoint into the page cache, with progress.
+  void prefault(Progress& p) const;
 
  private:
   std::string dir_;

@@ -20,7 +20,8 @@ size_t PlannedTensor::nbytes() const {
   return n;
 }
 
-static void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& ts) {
+static void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& ts,
+                        Progress& progress) {
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}};
   size_t offset = 0;
@@ -44,6 +45,7 @@ static void write_shard(const fs::path& path, const std::vector<const PlannedTen
     t->fill(buf.get());
     out.write(reinterpret_cast<const char*>(buf.get()), std::streamsize(t->nbytes()));
     if (!out) fail("write to {} failed (disk full?)", path.string());
+    progress.add(t->nbytes());
   }
 }
 
@@ -61,15 +63,15 @@ void write_safetensors(const std::string& dir, std::vector<PlannedTensor> tensor
     bytes += t.nbytes();
     total += t.nbytes();
   }
+  Progress progress("writing " + dir, total);
   if (shards.size() == 1) {
-    write_shard(fs::path(dir) / "model.safetensors", shards[0]);
+    write_shard(fs::path(dir) / "model.safetensors", shards[0], progress);
     return;
   }
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    spdlog::info("writing {} ({} tensors)", name, shards[i].size());
-    write_shard(fs::path(dir) / name, shards[i]);
+    write_shard(fs::path(dir) / name, shards[i], progress);
     for (const PlannedTensor* t : shards[i]) index["weight_map"][t->name] = name;
   }
   std::ofstream(fs::path(dir) / "model.safetensors.index.json") << index.dump(2) << "\n";

@@ -11,20 +11,31 @@ namespace tern::server {
 
 class ApiError : public Error {
  public:
-  ApiError(int status, std::string message, std::string param = "", std::string code = "")
-      : Error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+  ApiError(int http_status, const std::string& message, std::string param_name = "",
+           std::string error_code = "")
+      : Error(message),
+        status(http_status),
+        param(std::move(param_name)),
+        code(std::move(error_code)) {}
   int status;
   std::string param, code;
   // OpenAI's "type" for the status.
   const char* type() const {
     switch (status) {
-      case 401: return "authentication_error";
-      case 403: return "permission_error";
-      case 404: return "not_found_error";
-      case 413: return "invalid_request_error";
-      case 429: return "rate_limit_error";
-      case 503: return "service_unavailable";
-      default: return status >= 500 ? "server_error" : "invalid_request_error";
+      case 401:
+        return "authentication_error";
+      case 403:
+        return "permission_error";
+      case 404:
+        return "not_found_error";
+      case 413:
+        return "invalid_request_error";
+      case 429:
+        return "rate_limit_error";
+      case 503:
+        return "service_unavailable";
+      default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
     }
   }
 };

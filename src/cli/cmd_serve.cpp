@@ -1,0 +1,136 @@
+// tern serve: the OpenAI-compatible server (server/) over the engine, with the
+// session cache. Listens first (/health says 503 while the model loads), then
+// loads, then serves until SIGINT or SIGTERM.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "backends/factory.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "cli/sizes.h"
+#include "core/error.h"
+#include "engine/scheduler.h"
+#include "engine/scripted_backend.h"
+#include "server/http_server.h"
+#include "server/openai_routes.h"
+#include "tokenizer/chat_template.h"
+
+namespace tern::cli {
+
+namespace {
+
+struct ServeCmd {
+  ModelOptions model;
+  server::ServeOptions http;
+  int64_t ctx_size = 0;
+  size_t max_queue = 64;
+  std::string cache_mem = "4G";
+  int64_t snapshot_every = 4096;
+  std::string served_name, tokenizer, script;
+};
+
+// The scripted backend's replies: JSON lines {"trigger": "...", "reply": "..."}.
+std::vector<ScriptEntry> read_script(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("cannot read the script {}", path);
+  std::vector<ScriptEntry> out;
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.value("reply", nlohmann::json()).is_string())
+      fail("{}: each line must be {{\"trigger\": ..., \"reply\": ...}}", path);
+    out.push_back({j.value("trigger", ""), j["reply"].get<std::string>()});
+  }
+  return out;
+}
+
+int serve(const ServeCmd& o) {
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // every thread made from here on too
+
+  server::Metrics metrics;
+  server::HttpServer http(o.http, metrics);
+  server::add_openai_routes(http);
+  http.start();
+  spdlog::info("listening on http://{}:{} (loading {})", o.http.host, http.port(), o.model.model);
+
+  const std::string tok_dir = o.tokenizer.empty() ? o.model.model : o.tokenizer;
+  if (!std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))
+    fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
+  const Tokenizer tok = Tokenizer::load(tok_dir);
+  if (!is_qwen35_chat_template(tok.chat_template_source()))
+    spdlog::warn("the checkpoint's chat template is not Qwen3.5's; tern renders Qwen3.5's");
+  std::shared_ptr<ModelWeights> weights = load_weights(o.model);
+  std::unique_ptr<Backend> backend =
+      o.script.empty()
+          ? make_backend(o.model.backend, weights)
+          : std::make_unique<ScriptedBackend>(weights->cfg, tok, read_script(o.script));
+  EngineOptions eo;
+  eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
+  eo.snapshot_every = o.snapshot_every;
+  eo.ctx_size = o.ctx_size;
+  Engine engine(*backend, &tok, eo);
+  Scheduler scheduler(engine, o.max_queue);
+  metrics.gauge("tern_queue_depth", "Requests waiting for the engine.",
+                [&] { return double(scheduler.waiting()); });
+  metrics.gauge("tern_requests_running", "Requests the engine is running (0 or 1).",
+                [&] { return scheduler.busy() ? 1.0 : 0.0; });
+  metrics.gauge("tern_cache_bytes", "Memory held by the session cache.",
+                [&] { return double(engine.cache().bytes()); });
+  metrics.gauge("tern_cache_budget_bytes", "The session cache's budget (--cache-mem).",
+                [&] { return double(engine.cache().budget()); });
+  const std::string name = o.served_name.empty()
+                               ? std::filesystem::path(o.model.model).filename().string()
+                               : o.served_name;
+  http.ready(scheduler, {&tok, name, engine.ctx_size()});
+  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})", name, o.http.host,
+               http.port(), backend->name(), engine.ctx_size(), o.cache_mem);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  spdlog::info("stopping (signal {})", sig);
+  http.stop();
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with session reuse");
+  auto o = std::make_shared<ServeCmd>();
+  add_model_options(cmd, o->model);
+  cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)");
+  cmd->add_option("--port", o->http.port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->http.api_key,
+                  "Require this key (Authorization: Bearer or x-api-key)")
+      ->envname("TERN_API_KEY");
+  cmd->add_option("--ctx-size", o->ctx_size, "Prompt + completion tokens at most (0: the model's)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--max-queue", o->max_queue, "Requests waiting at most (then 429)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 20));
+  cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 4G, 512M (0: no reuse)");
+  cmd->add_option("--snapshot-every", o->snapshot_every,
+                  "Snapshot the state every N prompt tokens inside long prompts (0: never)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--served-model-name", o->served_name,
+                  "Model name in the API (default: the folder's)");
+  cmd->add_option(
+      "--cors-origin", o->http.cors_origins,
+      "Allow browser requests from this origin beyond loopback ones (repeatable; * for any)");
+  cmd->add_option("--threads", o->http.threads, "HTTP worker threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-body", o->http.max_body, "Largest request body in bytes (then 413)")
+      ->check(CLI::Range(size_t(1024), size_t(1) << 32));
+  cmd->add_option("--tokenizer", o->tokenizer, "Folder with tokenizer.json (default: --model)");
+  cmd->add_option("--script", o->script,
+                  "Testing: replay replies from this JSONL file instead of running the model");
+  return [o] { return serve(*o); };
+}
+
+}  // namespace tern::cli

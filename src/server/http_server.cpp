@@ -1,0 +1,258 @@
+#include "server/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "server/peer_socket.h"
+
+namespace tern::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool loopback_host(std::string_view h) {
+  // Host header or origin authority without the port.
+  if (h.starts_with("[")) return h.substr(0, h.find(']') + 1) == "[::1]";
+  h = h.substr(0, h.rfind(':') == std::string_view::npos ? h.size() : h.rfind(':'));
+  return h == "localhost" || h == "127.0.0.1" || h.ends_with(".localhost");
+}
+
+bool loopback_bind(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// An Origin header is allowed from loopback pages, or where --cors-origin says.
+bool origin_allowed(const std::string& origin, const std::vector<std::string>& extra) {
+  for (const std::string& o : extra)
+    if (o == "*" || o == origin) return true;
+  for (std::string_view scheme : {"http://", "https://"})
+    if (std::string_view(origin).starts_with(scheme))
+      return loopback_host(std::string_view(origin).substr(scheme.size()));
+  return false;
+}
+
+}  // namespace
+
+void send_error(httplib::Response& res, const ApiError& e, ErrorStyle style) {
+  res.status = e.status;
+  ojson body;
+  if (style == ErrorStyle::anthropic) {
+    const char* type = e.status == 401   ? "authentication_error"
+                       : e.status == 403 ? "permission_error"
+                       : e.status == 404 ? "not_found_error"
+                       : e.status == 413 ? "request_too_large"
+                       : e.status == 429 ? "rate_limit_error"
+                       : e.status == 503 ? "overloaded_error"
+                       : e.status >= 500 ? "api_error"
+                                         : "invalid_request_error";
+    body = {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
+  } else {
+    body = {{"error",
+             {{"message", e.what()},
+              {"type", e.type()},
+              {"param", e.param.empty() ? ojson(nullptr) : ojson(e.param)},
+              {"code", e.code.empty() ? ojson(nullptr) : ojson(e.code)}}}};
+  }
+  res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+}
+
+HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metrics_(metrics) {
+  srv_.new_task_queue = [n = o.threads] { return new httplib::ThreadPool(size_t(n)); };
+  srv_.set_payload_max_length(o.max_body);
+  srv_.set_read_timeout(60, 0);
+  srv_.set_write_timeout(60, 0);
+  srv_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return admit(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                           : httplib::Server::HandlerResponse::Handled;
+  });
+  srv_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      send_error(res, ApiError(413, "the request body is larger than the server accepts"));
+    else if (res.status == 404)
+      send_error(res, ApiError(404, "no route " + req.method + " " + req.path));
+    else if (res.status == 405)
+      send_error(res, ApiError(405, "method " + req.method + " not allowed on " + req.path));
+    else if (res.status >= 400)
+      send_error(res, ApiError(res.status, "the request could not be read"));
+  });
+  srv_.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        send_error(res, ApiError(500, "internal error"));
+      });
+  add_routes();
+}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
+  // DNS rebinding: a page on another name that resolves to 127.0.0.1.
+  if (loopback_bind(opt_.host) && !loopback_host(req.get_header_value("Host"))) {
+    send_error(res, ApiError(403, "Host '" + req.get_header_value("Host") + "' is not allowed"));
+    return false;
+  }
+  const std::string origin = req.get_header_value("Origin");
+  if (!origin.empty()) {
+    if (!origin_allowed(origin, opt_.cors_origins)) {
+      send_error(res, ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"));
+      return false;
+    }
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    if (req.method == "OPTIONS") {
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers",
+                     "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
+      return false;
+    }
+  }
+  if (opt_.api_key.empty() || req.path == "/health") return true;
+  const std::string auth = req.get_header_value("Authorization");
+  if (auth == "Bearer " + opt_.api_key || req.get_header_value("x-api-key") == opt_.api_key)
+    return true;
+  const bool anthropic = req.path.starts_with("/v1/messages");
+  metrics_.request(req.path, 401);
+  send_error(res,
+             ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
+                                                                        : "invalid API key"),
+             anthropic ? ErrorStyle::anthropic : ErrorStyle::openai);
+  return false;
+}
+
+void HttpServer::start() {
+  port_ = opt_.port == 0 ? srv_.bind_to_any_port(opt_.host) : opt_.port;
+  if (port_ < 0 || (opt_.port != 0 && !srv_.bind_to_port(opt_.host, opt_.port)))
+    fail("cannot listen on {}:{}", opt_.host, opt_.port);
+  thread_ = std::thread([this] { srv_.listen_after_bind(); });
+}
+
+void HttpServer::ready(Scheduler& s, ApiContext ctx) {
+  ctx_ = std::move(ctx);
+  scheduler_.store(&s);
+}
+
+void HttpServer::stop() {
+  srv_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+ojson HttpServer::json_body(const httplib::Request& req) {
+  try {
+    return ojson::parse(req.body);
+  } catch (const ojson::parse_error& e) {
+    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+  }
+}
+
+httplib::Server::Handler HttpServer::handler(
+    const std::string& endpoint, ErrorStyle style,
+    std::function<void(const httplib::Request&, httplib::Response&)> f) {
+  return [this, endpoint, style, f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e, style);
+    } catch (const std::exception& e) {
+      spdlog::error("{} failed: {}", endpoint, e.what());
+      send_error(res, ApiError(500, e.what()), style);
+    }
+    metrics_.request(endpoint, res.status == -1 ? 200 : res.status);  // httplib sets 200 later
+  };
+}
+
+void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
+                           const std::string& endpoint, Request r, bool stream,
+                           std::shared_ptr<JobWriter> w) {
+  Scheduler* sched = scheduler();
+  if (!sched) throw ApiError(503, "the model is still loading");
+  const auto t0 = Clock::now();
+  // The log line and metrics, however the request ends (a client gone included).
+  auto on_end = [this, endpoint, t0](const Job& job, const Job::Event& e) {
+    const auto started = job.started().value_or(t0);
+    if (!e.result) {
+      spdlog::warn("request id={} endpoint={} failed: {}", job.request().id, endpoint, e.error);
+      return;
+    }
+    const Result& out = *e.result;
+    metrics_.generation(out);
+    spdlog::info(
+        "request id={} endpoint={} prompt={} cached={} completion={} queue_ms={:.1f} "
+        "ttft_ms={:.1f} decode_tok_s={:.1f} finish={} cache_left_at={}",
+        job.request().id, endpoint, out.prompt_tokens, out.cached_tokens, out.completion_tokens,
+        std::chrono::duration<double, std::milli>(started - t0).count(), out.ttft_s * 1e3,
+        out.decode_tok_s(), finish_name(out.finish), out.cached_tokens);
+  };
+  auto job = sched->submit(std::move(r), on_end);
+  if (!job) throw ApiError(429, "the server is busy: too many requests are queued");
+  auto peer = std::make_shared<PeerSocket>(req.remote_addr, req.remote_port, req.local_port);
+  static constexpr auto kPoll = std::chrono::milliseconds(20);
+  if (!stream) {
+    for (;;) {
+      auto e = job->next(kPoll);
+      if (!e) {
+        if (!peer->alive()) job->cancel();
+        continue;
+      }
+      if (e->delta) {
+        w->delta(*e->delta);
+        continue;
+      }
+      if (!e->error.empty()) throw ApiError(500, e->error);
+      res.set_content(w->end(*e->result), w->content_type(false));
+      return;
+    }
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto begun = std::make_shared<bool>(false);
+  res.set_chunked_content_provider(
+      w->content_type(true),
+      [job, w, peer, begun](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          return s.empty() || sink.write(s.data(), s.size());
+        };
+        auto drop = [&] {  // the client is gone
+          job->cancel();
+          return false;
+        };
+        if (!*begun) {
+          *begun = true;
+          if (!write(w->begin())) return drop();
+        }
+        for (;;) {
+          auto e = job->next(kPoll);
+          if (!e) {
+            if (!peer->alive()) return drop();
+            continue;
+          }
+          if (e->delta) {
+            if (!write(w->delta(*e->delta)) || !peer->alive()) return drop();
+            continue;
+          }
+          write(e->error.empty() ? w->end(*e->result) : w->failed(e->error));
+          sink.done();
+          return true;
+        }
+      },
+      [job](bool) { job->cancel(); });  // a no-op when it has finished
+}
+
+void HttpServer::add_routes() {
+  srv_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool up = scheduler() != nullptr;
+    res.status = up ? 200 : 503;
+    res.set_content(ojson{{"status", up ? "ok" : "loading"}}.dump(), "application/json");
+  });
+  srv_.Get("/metrics", handler("/metrics", ErrorStyle::openai,
+                               [this](const httplib::Request&, httplib::Response& res) {
+                                 res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+                               }));
+}
+
+}  // namespace tern::server

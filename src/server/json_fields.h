@@ -1,0 +1,35 @@
+// Typed reads of a request body's fields, each failure a 400 naming the
+// field and what it should be. A null field counts as absent (clients send
+// null for what they leave unset).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+#include "server/api_error.h"
+
+namespace tern::server {
+
+using ojson = nlohmann::ordered_json;
+
+class Fields {
+ public:
+  Fields(const ojson& obj, std::string where);     // obj must be an object
+  const ojson* get(const std::string& key) const;  // nullptr when absent or null
+  std::optional<std::string> string(const std::string& key) const;
+  std::optional<bool> boolean(const std::string& key) const;
+  std::optional<double> number(const std::string& key, double lo, double hi) const;
+  std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi) const;
+  const ojson* array(const std::string& key) const;
+  const ojson* object(const std::string& key) const;
+  // The field's name as the error should show it ("messages[2].role").
+  std::string name(const std::string& key) const;
+
+ private:
+  const ojson& obj_;
+  std::string where_;
+};
+
+}  // namespace tern::server

@@ -1,0 +1,45 @@
+// The server's Prometheus metrics, in the text exposition format (no client
+// library: Debian 12 packages none): counters by label, histograms with
+// fixed buckets, gauges read when scraped. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace tern::server {
+
+class Metrics {
+ public:
+  Metrics();
+  void request(const std::string& endpoint, int status);
+  // A finished generation's tokens, cache use and latencies.
+  void generation(const Result& r);
+  // Gauges, read at each scrape.
+  void gauge(const std::string& name, const std::string& help, std::function<double()> read);
+  std::string render() const;
+
+ private:
+  struct Histogram {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bucket (not cumulative), +Inf last
+    double sum = 0;
+    uint64_t n = 0;
+    void observe(double x);
+  };
+  mutable std::mutex m_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  uint64_t prompt_ = 0, cached_ = 0, completion_ = 0, hits_ = 0, misses_ = 0;
+  Histogram ttft_, token_;
+  struct Gauge {
+    std::string name, help;
+    std::function<double()> read;
+  };
+  std::vector<Gauge> gauges_;
+};
+
+}  // namespace tern::server

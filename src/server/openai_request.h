@@ -1,0 +1,49 @@
+// OpenAI request bodies (chat completions, completions) validated and
+// translated into the engine's Request: the conversation rendered with the
+// Qwen chat template and tokenized, sampling and stop settings checked, the
+// context length enforced. Every problem is an ApiError naming the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "engine/request.h"
+#include "server/json_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern::server {
+
+// What the parsers need to know of the server.
+struct ApiContext {
+  const Tokenizer* tok = nullptr;
+  std::string model;     // the served model name
+  int64_t ctx_size = 0;  // prompt + completion tokens at most
+};
+
+struct ApiRequest {
+  Request req;
+  bool stream = false, include_usage = false;
+  bool echo = false;  // completions: the prompt's text before the completion
+  std::string prompt_text;
+};
+
+ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx);
+ApiRequest parse_completion_request(const ojson& body, const ApiContext& ctx);
+
+// The pieces the APIs share, for the other protocols too.
+// "model", when given, must be the served name (404 otherwise).
+void check_model(const Fields& f, const ApiContext& ctx);
+// temperature, top_p, top_k, min_p, the three penalties and seed (a random
+// seed when none is given).
+SamplingParams parse_sampling(const Fields& f);
+// "stop": a string or a list of strings.
+std::vector<std::string> parse_stop(const Fields& f, const std::string& key);
+// Sets r.max_tokens from the first of `keys` given (else what the context
+// leaves), refusing prompts the context cannot hold with both counts named.
+void fit_context(Request& r, const Fields& f, std::initializer_list<const char*> keys,
+                 const ApiContext& ctx);
+// An OpenAI tools list, checked (type "function", a name, object parameters).
+ojson parse_tools(const ojson& tools, const std::string& where);
+
+}  // namespace tern::server

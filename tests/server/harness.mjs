@@ -1,0 +1,92 @@
+// Starts `tern serve` for the server tests: a tiny dummy checkpoint with the
+// Qwen3 tokenizer (made once per test file), on a free loopback port; waits
+// for /health; collects the server's log lines.
+import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createRequire } from "node:module";
+
+export const TERN = process.env.TERN_BIN;
+export const TOKENIZER = process.env.TERN_TOKENIZER;
+if (!TERN || !TOKENIZER) throw new Error("set TERN_BIN and TERN_TOKENIZER");
+
+const require = createRequire(import.meta.url);
+const npm = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../../third_party/npm/node_modules");
+export const OpenAI = require(path.join(npm, "openai")).default;
+export const Anthropic = require(path.join(npm, "@anthropic-ai/sdk")).default;
+
+export function makeDummy(seed = 1) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tern-serve-"));
+  const r = spawnSync(TERN, ["make-dummy", "--preset", "tiny", "--seed", String(seed), "--out", dir,
+                             "--tokenizer", TOKENIZER], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error("make-dummy failed: " + r.stderr);
+  return dir;
+}
+
+export function writeScript(entries) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tern-script-")), "script.jsonl");
+  fs.writeFileSync(file, entries.map((e) => JSON.stringify(e)).join("\n") + "\n");
+  return file;
+}
+
+export class Server {
+  constructor(model, args = []) {
+    this.model = model;
+    this.args = args;
+    this.log = "";
+  }
+  async start() {
+    this.proc = spawn(TERN, ["serve", "--model", this.model, "--port", "0", ...this.args],
+                      { stdio: ["ignore", "ignore", "pipe"] });
+    this.proc.stderr.setEncoding("utf8");
+    this.proc.stderr.on("data", (d) => (this.log += d));
+    const deadline = Date.now() + 60000;
+    while (!/listening on http:\/\/[^:]+:(\d+)/.test(this.log)) {
+      if (this.proc.exitCode !== null) throw new Error("tern serve exited: " + this.log);
+      if (Date.now() > deadline) throw new Error("tern serve did not start: " + this.log);
+      await sleep(20);
+    }
+    this.port = Number(this.log.match(/listening on http:\/\/[^:]+:(\d+)/)[1]);
+    this.url = `http://127.0.0.1:${this.port}`;
+    while ((await fetch(this.url + "/health").catch(() => ({ status: 0 }))).status !== 200) {
+      if (Date.now() > deadline) throw new Error("tern serve never became ready: " + this.log);
+      await sleep(20);
+    }
+    return this;
+  }
+  client(opts = {}) {
+    return new OpenAI({ baseURL: this.url + "/v1", apiKey: "none", maxRetries: 0, ...opts });
+  }
+  async stop() {
+    if (!this.proc || this.proc.exitCode !== null) return;
+    this.proc.kill("SIGTERM");
+    await new Promise((r) => this.proc.once("exit", r));
+  }
+  pid() {
+    return this.proc.pid;
+  }
+  // Resident memory of the server process, in bytes.
+  rss() {
+    const m = fs.readFileSync(`/proc/${this.proc.pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/);
+    return Number(m[1]) * 1024;
+  }
+}
+
+export function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+export async function post(url, body, headers = {}) {
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: typeof body === "string" || body instanceof Uint8Array ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  return { status: r.status, text, json, headers: r.headers };
+}
