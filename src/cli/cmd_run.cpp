@@ -12,9 +12,9 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/backend.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/detokenizer.h"
 
 namespace tern::cli {
 
@@ -31,12 +31,6 @@ struct RunOptions {
   SamplingParams sampling;
 };
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // The prompt's ids: --prompt-ids as given, or --prompt encoded (as a single
 // user turn of the chat template with --chat).
 std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
@@ -51,57 +45,37 @@ std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
   return tok->encode(render_chat(req));
 }
 
-std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer* tok) {
-  std::vector<int32_t> ids(c.eos_ids.begin(), c.eos_ids.end());
-  if (tok)
-    for (const char* t : {"<|im_end|>", "<|endoftext|>"})
-      if (auto id = tok->token_id(t)) ids.push_back(*id);
-  return ids;
-}
-
 int run_generation(const RunOptions& o) {
   validate(o.sampling);
   std::optional<Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(o.run.model) / "tokenizer.json"))
     tok.emplace(Tokenizer::load(o.run.model));
-  const std::vector<int32_t> prompt = prompt_ids(o, tok ? &*tok : nullptr);
-  if (prompt.empty()) fail("the prompt encodes to no tokens");
+  Request r;
+  r.prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  if (r.prompt.empty()) fail("the prompt encodes to no tokens");
+  r.sampling = o.sampling;
+  r.max_tokens = o.max_tokens;
+  r.ignore_eos = o.ignore_eos;
+  r.output = Request::Output::text;
+  r.logprobs = tok ? -1 : 0;  // without a tokenizer the ids are what is printed
   auto backend = open_backend(o.run);
-  const std::vector<int32_t> stops = stop_ids(backend->config(), tok ? &*tok : nullptr);
-  auto seq = backend->new_sequence();
-  std::optional<StreamDecoder> text;
-  if (tok) text.emplace(*tok);
-  // All but the last prompt token are prefilled; generate() feeds the last one.
-  const auto context = std::span(prompt).first(prompt.size() - 1);
-  std::vector<float> logits;
-
-  const auto t0 = Clock::now();
-  for (size_t s = 0; s < context.size(); s += size_t(o.chunk)) {
-    const size_t m = std::min(context.size() - s, size_t(o.chunk));
-    backend->forward(*seq, context.subspan(s, m), Logits::last, logits);
-  }
-  auto t1 = t0;  // when the first token arrives: prefill ends, decode starts
-  int generated = 0;
-  backend->start_sampling(*seq, o.sampling, prompt);
-  backend->generate(*seq, prompt.back(), o.max_tokens, [&](int32_t next) {
-    if (generated++ == 0) t1 = Clock::now();
-    if (text)
-      std::fputs(text->push(next).c_str(), stdout);
-    else
-      std::printf("%d ", next);
+  EngineOptions eo;
+  eo.cache_bytes = 0;
+  eo.chunk = o.chunk;
+  Engine engine(*backend, tok ? &*tok : nullptr, eo);
+  const Result res = engine.run(r, [&](Delta&& d) {
+    if (tok) std::fputs(d.text.c_str(), stdout);
+    for (const TokenLogprob& t : d.logprobs) std::printf("%d ", t.token);
     std::fflush(stdout);
-    return o.ignore_eos || std::count(stops.begin(), stops.end(), next) == 0;
   });
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = seconds_since(t1);
-  std::printf("%s\n", text ? text->finish().c_str() : "");
+  std::printf("\n");
   std::fflush(stdout);  // the text ends before the speed line on stderr
-  std::fprintf(
-      stderr,
-      "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s (%.2f tok/s)\n",
-      prompt.size(), prefill_s, double(prompt.size()) / prefill_s, generated, decode_s,
-      // decode_s starts when the first token arrives: it spans generated - 1 steps.
-      std::max(generated - 1, 0) / std::max(decode_s, 1e-9));
+  std::fprintf(stderr,
+               "prompt: %lld tokens in %.2f s (%.1f tok/s); generated: %lld tokens in %.2f s "
+               "(%.2f tok/s)\n",
+               static_cast<long long>(res.prompt_tokens), res.ttft_s,
+               double(res.prompt_tokens) / std::max(res.ttft_s, 1e-9),
+               static_cast<long long>(res.completion_tokens), res.decode_s, res.decode_tok_s());
   return 0;
 }
 
@@ -120,14 +94,7 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--chunk", o->chunk, "Prefill chunk size")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
-  cmd->add_option("--temperature", o->sampling.temperature, "0: greedy");
-  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: off)");
-  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass");
-  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the best");
-  cmd->add_option("--repetition-penalty", o->sampling.repetition_penalty, "1: off");
-  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "0: off");
-  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "0: off");
-  cmd->add_option("--seed", o->sampling.seed, "Sampling seed");
+  add_sampling_options(cmd, o->sampling);
   return [o] { return run_generation(*o); };
 }
 

@@ -18,5 +18,6 @@ Runner add_tokenize(CLI::App& app);
 Runner add_render_chat(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_chat(CLI::App& app);
 
 }  // namespace tern::cli

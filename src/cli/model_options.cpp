@@ -11,6 +11,17 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--weights", o.weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
 }
 
+void add_sampling_options(CLI::App* cmd, SamplingParams& p) {
+  cmd->add_option("--temperature", p.temperature, "0: greedy");
+  cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--top-p", p.top_p, "Nucleus sampling mass");
+  cmd->add_option("--min-p", p.min_p, "Drop tokens below min-p x the best");
+  cmd->add_option("--repetition-penalty", p.repetition_penalty, "1: off");
+  cmd->add_option("--presence-penalty", p.presence_penalty, "0: off");
+  cmd->add_option("--frequency-penalty", p.frequency_penalty, "0: off");
+  cmd->add_option("--seed", p.seed, "Sampling seed");
+}
+
 std::shared_ptr<ModelWeights> load_weights(const ModelOptions& o) {
   auto w = load_model(o.model, weight_mode_from_name(o.weights));
   if (w->store) {  // read it all now (with progress), not page by page in the first requests

@@ -16,6 +16,8 @@ struct ModelOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o);
+// --temperature, --top-k, --top-p, --min-p, the penalties and --seed.
+void add_sampling_options(CLI::App* cmd, SamplingParams& p);
 
 // Loads the checkpoint (reading it in whole, with progress).
 std::shared_ptr<ModelWeights> load_weights(const ModelOptions& o);

@@ -143,9 +143,17 @@ void HttpServer::stop() {
 }
 
 ojson HttpServer::json_body(const httplib::Request& req) {
+  // Deep nesting is refused while parsing: what reads it later (the chat
+  // template's tojson, error messages) recurses.
+  static constexpr int kMaxDepth = 64;
+  const auto depth = [](int d, ojson::parse_event_t, ojson&) {
+    if (d > kMaxDepth)
+      throw ApiError(400, fmt::format("the body nests deeper than {} levels", kMaxDepth));
+    return true;
+  };
   try {
-    return ojson::parse(req.body);
-  } catch (const ojson::parse_error& e) {
+    return ojson::parse(req.body, depth);
+  } catch (const ojson::exception& e) {
     throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
   }
 }

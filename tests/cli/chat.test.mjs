@@ -1,0 +1,39 @@
+// tern chat driven through its stdin: turns stream and reuse the previous
+// turn's state; /think, /system, /reset work; Ctrl-C (SIGINT) stops the
+// current answer and the chat goes on; end of input ends it.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { TERN, makeDummy, sleep } from "../server/harness.mjs";
+
+test("tern chat: turns, commands, Ctrl-C", async () => {
+  const proc = spawn(TERN, ["chat", "--model", makeDummy(4), "--max-tokens", "3000"], { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  proc.stdout.setEncoding("utf8");
+  proc.stdout.on("data", (d) => (out += d));
+  proc.stderr.resume();
+  const until = async (re, ms = 60000) => {
+    const t0 = Date.now();
+    while (!re.test(out)) {
+      if (Date.now() - t0 > ms) throw new Error("timed out waiting for " + re + " in " + out);
+      await sleep(20);
+    }
+  };
+  proc.stdin.write("Tell me a very long story\n");
+  await sleep(800);
+  proc.kill("SIGINT");
+  await until(/tokens, [\d.]+ tok\/s, \d+ cached, stopped\)/);
+  assert.equal(proc.exitCode, null, "still running after Ctrl-C");
+  proc.stdin.write("/think off\n");
+  proc.stdin.write("And now?\n");
+  await sleep(500);
+  proc.kill("SIGINT");
+  await until(/cached, stopped\)[\s\S]*cached, stopped\)/);
+  const cached = [...out.matchAll(/, (\d+) cached/g)].map((m) => Number(m[1]));
+  assert.ok(cached[1] > 10, "the second turn reused the first: " + cached);
+  proc.stdin.write("/system You are terse.\n/reset\n/nope\n");
+  await until(/unknown command/);
+  proc.stdin.end();
+  const code = await new Promise((r) => proc.once("exit", r));
+  assert.equal(code, 0);
+});
