@@ -2,8 +2,10 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "model/config.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_weights.h"
 #endif
 
 namespace tern {
@@ -18,6 +20,18 @@ std::unique_ptr<Backend> make_backend(const std::string& name,
     fail("the CUDA backend is not built into this tern (configure with nvcc and -DTERN_CUDA=ON)");
 #endif
   fail("unknown backend '{}' (cpu or cuda)", name);
+}
+
+std::unique_ptr<Backend> make_dummy_backend(const std::string& name, const std::string& preset,
+                                            uint64_t seed) {
+  if (name != "cuda") fail("random weights made on the device need --backend cuda (got {})", name);
+#ifdef TERN_HAVE_CUDA
+  const ModelConfig cfg = parse_config(preset_config(preset), "preset " + preset);
+  return std::make_unique<cuda::CudaBackend>(cuda::DeviceWeights::random(cfg, seed));
+#else
+  (void)preset, (void)seed;
+  fail("the CUDA backend is not built into this tern (configure with nvcc and -DTERN_CUDA=ON)");
+#endif
 }
 
 }  // namespace tern

@@ -15,4 +15,9 @@ namespace tern {
 std::unique_ptr<Backend> make_backend(const std::string& name,
                                       std::shared_ptr<const ModelWeights> weights);
 
+// Random weights of a preset's shapes made on the device itself, without a
+// checkpoint (benchmarks of the 35b-a3b shapes): "cuda" only.
+std::unique_ptr<Backend> make_dummy_backend(const std::string& name, const std::string& preset,
+                                            uint64_t seed);
+
 }  // namespace tern

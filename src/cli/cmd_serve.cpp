@@ -29,7 +29,7 @@ struct ServeCmd {
   size_t max_queue = 64;
   std::string cache_mem = "4G";
   int64_t snapshot_every = 4096;
-  std::string served_name, tokenizer, script;
+  std::string served_name, tokenizer, script, dummy;
 };
 
 // The scripted backend's replies: JSON lines {"trigger": "...", "reply": "..."}.
@@ -59,19 +59,25 @@ int serve(const ServeCmd& o) {
   server::HttpServer http(o.http, metrics);
   server::add_openai_routes(http);
   http.start();
-  spdlog::info("listening on http://{}:{} (loading {})", o.http.host, http.port(), o.model.model);
+  spdlog::info("listening on http://{}:{} (loading {})", o.http.host, http.port(),
+               o.dummy.empty() ? o.model.model : "random " + o.dummy + " weights");
 
+  if (o.model.model.empty() == o.dummy.empty()) fail("give exactly one of --model and --dummy");
   const std::string tok_dir = o.tokenizer.empty() ? o.model.model : o.tokenizer;
   if (!std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))
     fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
   const Tokenizer tok = Tokenizer::load(tok_dir);
   if (!is_qwen35_chat_template(tok.chat_template_source()))
     spdlog::warn("the checkpoint's chat template is not Qwen3.5's; tern renders Qwen3.5's");
-  std::shared_ptr<ModelWeights> weights = load_weights(o.model);
-  std::unique_ptr<Backend> backend =
-      o.script.empty()
-          ? make_backend(o.model.backend, weights)
-          : std::make_unique<ScriptedBackend>(weights->cfg, tok, read_script(o.script));
+  std::unique_ptr<Backend> backend;
+  if (!o.dummy.empty()) {
+    backend = make_dummy_backend(o.model.backend, o.dummy, 1);
+  } else {
+    std::shared_ptr<ModelWeights> weights = load_weights(o.model);
+    backend = o.script.empty()
+                  ? make_backend(o.model.backend, weights)
+                  : std::make_unique<ScriptedBackend>(weights->cfg, tok, read_script(o.script));
+  }
   EngineOptions eo;
   eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
   eo.snapshot_every = o.snapshot_every;
@@ -105,7 +111,7 @@ int serve(const ServeCmd& o) {
 Runner add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with session reuse");
   auto o = std::make_shared<ServeCmd>();
-  add_model_options(cmd, o->model);
+  add_model_options(cmd, o->model, false);
   cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)");
   cmd->add_option("--port", o->http.port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->http.api_key,
@@ -128,6 +134,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-body", o->http.max_body, "Largest request body in bytes (then 413)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 32));
   cmd->add_option("--tokenizer", o->tokenizer, "Folder with tokenizer.json (default: --model)");
+  cmd->add_option("--dummy", o->dummy,
+                  "Benchmarks: random weights of a preset (35b-a3b) made on the GPU, no --model "
+                  "checkpoint (needs --tokenizer)");
   cmd->add_option("--script", o->script,
                   "Testing: replay replies from this JSONL file instead of running the model");
   return [o] { return serve(*o); };

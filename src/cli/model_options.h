@@ -15,7 +15,7 @@ struct ModelOptions {
   std::string model, backend = "cpu", weights = "q4";
 };
 
-void add_model_options(CLI::App* cmd, ModelOptions& o);
+void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);
 // --temperature, --top-k, --top-p, --min-p, the penalties and --seed.
 void add_sampling_options(CLI::App* cmd, SamplingParams& p);
 

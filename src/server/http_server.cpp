@@ -61,6 +61,7 @@ void send_error(httplib::Response& res, const ApiError& e, ErrorStyle style) {
 HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metrics_(metrics) {
   srv_.new_task_queue = [n = o.threads] { return new httplib::ThreadPool(size_t(n)); };
   srv_.set_payload_max_length(o.max_body);
+  srv_.set_tcp_nodelay(true);  // a streamed token must not wait for the last one's ACK (Nagle)
   srv_.set_read_timeout(60, 0);
   srv_.set_write_timeout(60, 0);
   srv_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
