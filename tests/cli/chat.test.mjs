@@ -19,14 +19,19 @@ test("tern chat: turns, commands, Ctrl-C", async () => {
       await sleep(20);
     }
   };
+  await until(/^> /);  // loaded
   proc.stdin.write("Tell me a very long story\n");
-  await sleep(800);
+  const grown = async (n) => {
+    const len = out.length;
+    while (out.length < len + n) await sleep(10);
+  };
+  await grown(40);  // it is answering
   proc.kill("SIGINT");
   await until(/tokens, [\d.]+ tok\/s, \d+ cached, stopped\)/);
   assert.equal(proc.exitCode, null, "still running after Ctrl-C");
   proc.stdin.write("/think off\n");
   proc.stdin.write("And now?\n");
-  await sleep(500);
+  await grown(40);
   proc.kill("SIGINT");
   await until(/cached, stopped\)[\s\S]*cached, stopped\)/);
   const cached = [...out.matchAll(/, (\d+) cached/g)].map((m) => Number(m[1]));
