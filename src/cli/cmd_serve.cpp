@@ -15,7 +15,9 @@
 #include "engine/scheduler.h"
 #include "engine/scripted_backend.h"
 #include "server/http_server.h"
+#include "server/anthropic_routes.h"
 #include "server/openai_routes.h"
+#include "server/responses_routes.h"
 #include "tokenizer/chat_template.h"
 
 namespace tern::cli {
@@ -57,7 +59,10 @@ int serve(const ServeCmd& o) {
 
   server::Metrics metrics;
   server::HttpServer http(o.http, metrics);
+  server::ResponseStore responses;
   server::add_openai_routes(http);
+  server::add_anthropic_routes(http);
+  server::add_responses_routes(http, responses);
   http.start();
   spdlog::info("listening on http://{}:{} (loading {})", o.http.host, http.port(),
                o.dummy.empty() ? o.model.model : "random " + o.dummy + " weights");

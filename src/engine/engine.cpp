@@ -43,6 +43,7 @@ class OutputStream {
   }
   void push(int32_t id, Delta& d) { route(decoder_ ? decoder_->push(id) : std::string(), d); }
   bool stopped() const { return stops_.stopped(); }
+  const std::string& stop_sequence() const { return stops_.matched(); }
   // End of generation: what the decoder, parser and stop matcher held.
   void finish(Delta& d) {
     if (decoder_) route(decoder_->finish(), d);
@@ -135,6 +136,8 @@ Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delt
 
   OutputStream out(tok_, r);
   Delta pending;
+  pending.cached_tokens = res.cached_tokens;
+  on_delta(std::exchange(pending, Delta{}));  // the prompt is in
   std::optional<LogprobRow> row;
   GenerateHooks hooks;
   hooks.constraint = r.constraint.get();
@@ -164,6 +167,7 @@ Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delt
     flush();
     if (out.stopped()) {
       res.finish = Finish::stop, res.stop_string = true;
+      res.stop_sequence = out.stop_sequence();
       return false;
     }
     if (cancelled(r)) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,10 @@ struct Delta {
   ParsedDelta chat;  // Output::chat
   std::string text;  // Output::text
   std::vector<TokenLogprob> logprobs;
-  bool empty() const { return chat.empty() && text.empty() && logprobs.empty(); }
+  // Only in the first delta, sent once the prompt is prefilled: the prompt
+  // tokens served from the session cache (APIs that report them up front).
+  std::optional<int64_t> cached_tokens;
+  bool empty() const { return chat.empty() && text.empty() && logprobs.empty() && !cached_tokens; }
 };
 
 enum class Finish { stop, length, tool_calls, cancelled };
@@ -49,7 +53,8 @@ const char* finish_name(Finish f);  // "stop", "length", "tool_calls", "cancelle
 
 struct Result {
   Finish finish = Finish::stop;
-  bool stop_string = false;  // finish stop: by a stop string (else an end token)
+  bool stop_string = false;   // finish stop: by a stop string (else an end token)
+  std::string stop_sequence;  // ... which one
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double prefill_s = 0, ttft_s = 0, decode_s = 0;  // decode: first token to last
   std::vector<float> token_gaps;                   // seconds between successive tokens

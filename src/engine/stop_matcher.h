@@ -17,12 +17,13 @@ class StopMatcher {
   std::string push(std::string_view text);
   // True once a stop string was seen (push then returns only the text before it).
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string seen
   // End of generation without a match: what was held.
   std::string finish();
 
  private:
   std::vector<std::string> stops_;
-  std::string held_;
+  std::string held_, matched_;
   bool stopped_ = false;
 };
 

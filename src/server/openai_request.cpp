@@ -37,6 +37,8 @@ std::string content_text(const ojson* c, const std::string& where) {
   return out;
 }
 
+}  // namespace
+
 ojson tool_calls_of(const ojson& calls, const std::string& where) {
   ojson out = ojson::array();
   for (size_t j = 0; j < calls.size(); ++j) {
@@ -64,6 +66,8 @@ ojson tool_calls_of(const ojson& calls, const std::string& where) {
   }
   return out;
 }
+
+namespace {
 
 ojson messages_of(const ojson* msgs) {
   if (!msgs || msgs->empty()) bad_request("messages", "'messages' must be a non-empty list");
@@ -197,47 +201,57 @@ ojson parse_tools(const ojson& tools, const std::string& where) {
   return out;
 }
 
-ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
-  const Fields f(body, "");
-  ApiRequest a;
-  parse_common(a, f, ctx);
-  ojson render = {{"messages", messages_of(f.array("messages"))}, {"add_generation_prompt", true}};
-  ojson tools;
-  if (const ojson* t = f.array("tools"); t && !t->empty()) tools = parse_tools(*t, "tools");
-  const ojson* choice = f.get("tool_choice");
-  std::string mode = "auto";
-  if (choice && choice->is_string())
-    mode = choice->get<std::string>();
-  else if (choice)
-    mode = "function";
-  if (mode != "auto" && mode != "none" && mode != "required" && mode != "function")
-    bad_request("tool_choice", "'tool_choice' must be none, auto, required or a function");
-  if (mode == "required" || mode == "function")
+void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
+  if (c.tool_choice == "required" || c.tool_choice == "function")
     bad_request("tool_choice",
                 "tool_choice '{}' needs constrained decoding, which this server does not do yet",
-                mode);
-  f.boolean("parallel_tool_calls");
-  if (mode != "none" && !tools.is_null()) render["tools"] = tools;
-  a.req.tool_calls = mode != "none";
-  a.req.tools = tools;
-  std::optional<bool> thinking = f.boolean("enable_thinking");
-  if (const ojson* kw = f.object("chat_template_kwargs"))
-    if (auto t = Fields(*kw, "chat_template_kwargs").boolean("enable_thinking")) thinking = t;
-  if (auto effort = f.string("reasoning_effort"); effort && *effort == "none") thinking = false;
-  if (thinking) render["enable_thinking"] = *thinking;
-  if (const ojson* rf = f.object("response_format")) {
-    const std::string type = Fields(*rf, "response_format").string("type").value_or("text");
-    if (type != "text")
-      bad_request("response_format", "response_format '{}' is not supported yet", type);
-  }
+                c.tool_choice);
+  ojson render = {{"messages", c.messages}, {"add_generation_prompt", true}};
+  if (c.tool_choice != "none" && !c.tools.is_null()) render["tools"] = c.tools;
+  if (c.thinking) render["enable_thinking"] = *c.thinking;
   std::string text;
   try {
     text = render_chat(render);
   } catch (const ChatTemplateError& e) {
     bad_request("messages", "{}", e.what());
   }
-  a.req.prompt = ctx.tok->encode(text);
-  a.req.in_reasoning = prompt_opens_reasoning(text);
+  r.prompt = ctx.tok->encode(text);
+  r.in_reasoning = prompt_opens_reasoning(text);
+  r.tools = c.tools;
+  r.tool_calls = c.tool_choice != "none";
+}
+
+ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
+  const Fields f(body, "");
+  ApiRequest a;
+  parse_common(a, f, ctx);
+  ChatSpec c;
+  c.messages = messages_of(f.array("messages"));
+  if (const ojson* t = f.array("tools"); t && !t->empty()) c.tools = parse_tools(*t, "tools");
+  if (const ojson* choice = f.get("tool_choice")) {
+    if (choice->is_string()) {
+      c.tool_choice = choice->get<std::string>();
+    } else {
+      const Fields tc(*choice, "tool_choice");
+      const ojson* fn = tc.object("function");
+      c.tool_choice = "function";
+      c.tool_name = fn ? Fields(*fn, "tool_choice.function").string("name").value_or("") : "";
+    }
+    if (c.tool_choice != "auto" && c.tool_choice != "none" && c.tool_choice != "required" &&
+        c.tool_choice != "function")
+      bad_request("tool_choice", "'tool_choice' must be none, auto, required or a function");
+  }
+  c.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
+  c.thinking = f.boolean("enable_thinking");
+  if (const ojson* kw = f.object("chat_template_kwargs"))
+    if (auto t = Fields(*kw, "chat_template_kwargs").boolean("enable_thinking")) c.thinking = t;
+  if (auto effort = f.string("reasoning_effort"); effort && *effort == "none") c.thinking = false;
+  if (const ojson* rf = f.object("response_format")) {
+    const std::string type = Fields(*rf, "response_format").string("type").value_or("text");
+    if (type != "text")
+      bad_request("response_format", "response_format '{}' is not supported yet", type);
+  }
+  render_chat_into(a.req, c, ctx);
   a.req.stop = parse_stop(f, "stop");
   a.req.logprobs = chat_logprobs(f);
   fit_context(a.req, f, {"max_completion_tokens", "max_tokens"}, ctx);

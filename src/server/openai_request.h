@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "engine/request.h"
@@ -45,5 +46,20 @@ void fit_context(Request& r, const Fields& f, std::initializer_list<const char*>
                  const ApiContext& ctx);
 // An OpenAI tools list, checked (type "function", a name, object parameters).
 ojson parse_tools(const ojson& tools, const std::string& where);
+
+// A conversation in the chat template's terms, as every chat-shaped API
+// (chat completions, Anthropic messages, responses) builds it.
+struct ChatSpec {
+  ojson messages = ojson::array();   // [{role, content, reasoning_content?, tool_calls?}]
+  ojson tools;                       // OpenAI function tools, or null
+  std::string tool_choice = "auto";  // auto, none, required, or function (tool_name)
+  std::string tool_name;
+  bool parallel_tool_calls = true;
+  std::optional<bool> thinking;  // the template's enable_thinking (unset: its default)
+};
+// Renders and tokenizes c into r: prompt, in_reasoning, tools, tool_calls.
+void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx);
+// tool_calls in a chat message, checked: arguments as an object (from a JSON string too).
+ojson tool_calls_of(const ojson& calls, const std::string& where);
 
 }  // namespace tern::server

@@ -1,0 +1,36 @@
+// Responses kept for previous_response_id (the OpenAI Responses API's
+// `store`): each response's whole conversation in chat-template terms (the
+// input it was given, its predecessors' included, and its output), so a
+// follow-up naming it continues without re-sending anything. Bounded: the
+// least recently used go first past `max_bytes`. Thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace tern::server {
+
+class ResponseStore {
+ public:
+  explicit ResponseStore(size_t max_bytes = size_t(256) << 20) : max_bytes_(max_bytes) {}
+  void put(const std::string& id, nlohmann::ordered_json messages);
+  std::optional<nlohmann::ordered_json> get(const std::string& id);  // refreshes it
+
+ private:
+  struct Entry {
+    std::string id;
+    nlohmann::ordered_json messages;
+    size_t bytes;
+  };
+  size_t max_bytes_, bytes_ = 0;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  std::mutex m_;
+};
+
+}  // namespace tern::server
