@@ -6,37 +6,17 @@ namespace tern::server {
 
 namespace {
 
-std::string at(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
-// Text of a system prompt or tool_result content: a string or text blocks.
-std::string block_text(const ojson& v, const std::string& where) {
-  if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) bad_request(where, "'{}' must be a string or a list of content blocks", where);
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const Fields b(v[i], at(where, i));
-    const std::string type = b.string("type").value_or("");
-    if (type != "text")
-      bad_request(b.name("type"), "'{}': a block of type '{}' is not supported here (text only)",
-                  b.name("type"), type);
-    out += b.string("text").value_or("");
-  }
-  return out;
-}
-
 // Anthropic messages as the chat template's: tool_result blocks become tool
 // messages (before the user's text), tool_use blocks tool calls, thinking
 // blocks the assistant's reasoning.
 ojson chat_messages(const Fields& f) {
   ojson out = ojson::array();
   if (const ojson* sys = f.get("system"))
-    out.push_back({{"role", "system"}, {"content", block_text(*sys, "system")}});
+    out.push_back({{"role", "system"}, {"content", parts_text(*sys, "system", {"text"})}});
   const ojson* msgs = f.array("messages");
   if (!msgs || msgs->empty()) bad_request("messages", "'messages' must be a non-empty list");
   for (size_t i = 0; i < msgs->size(); ++i) {
-    const Fields m((*msgs)[i], at("messages", i));
+    const Fields m((*msgs)[i], element("messages", i));
     const std::string role = m.string("role").value_or("");
     if (role != "user" && role != "assistant")
       bad_request(m.name("role"), "'{}' must be user or assistant, got '{}'", m.name("role"), role);
@@ -52,14 +32,15 @@ ojson chat_messages(const Fields& f) {
     std::string text, reasoning;
     ojson calls = ojson::array();
     for (size_t j = 0; j < content->size(); ++j) {
-      const std::string where = at(m.name("content"), j);
+      const std::string where = element(m.name("content"), j);
       const Fields b((*content)[j], where);
       const std::string type = b.string("type").value_or("");
       if (type == "text") {
         text += b.string("text").value_or("");
       } else if (type == "tool_result" && role == "user") {
         const ojson* c = b.get("content");
-        out.push_back({{"role", "tool"}, {"content", c ? block_text(*c, b.name("content")) : ""}});
+        out.push_back(
+            {{"role", "tool"}, {"content", c ? parts_text(*c, b.name("content"), {"text"}) : ""}});
       } else if (type == "tool_use" && role == "assistant") {
         const ojson* input = b.object("input");
         calls.push_back({{"function",
@@ -92,7 +73,7 @@ ChatSpec chat_spec(const Fields& f) {
   if (const ojson* tools = f.array("tools"); tools && !tools->empty()) {
     ojson t = ojson::array();
     for (size_t i = 0; i < tools->size(); ++i) {
-      const Fields tool((*tools)[i], at("tools", i));
+      const Fields tool((*tools)[i], element("tools", i));
       const auto name = tool.string("name");
       if (!name || name->empty())
         bad_request(tool.name("name"), "'{}' is required", tool.name("name"));

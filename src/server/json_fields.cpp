@@ -1,5 +1,6 @@
 #include "server/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tern::server {
@@ -67,6 +68,29 @@ const ojson* Fields::object(const std::string& key) const {
   const ojson* v = get(key);
   if (v && !v->is_object()) bad_request(name(key), "'{}' must be an object", name(key));
   return v;
+}
+
+std::string element(const std::string& where, size_t i) {
+  return where + "[" + std::to_string(i) + "]";
+}
+
+std::string parts_text(const ojson& v, const std::string& where,
+                       std::initializer_list<std::string_view> types) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) bad_request(where, "'{}' must be a string or a list of parts", where);
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Fields part(v[i], element(where, i));
+    const std::string type = part.string("type").value_or("");
+    if (std::find(types.begin(), types.end(), type) == types.end())
+      bad_request(part.name("type"),
+                  "'{}': content of type '{}' is not supported here (this model takes text)",
+                  part.name("type"), type);
+    const auto text = part.string("text");
+    if (!text) bad_request(part.name("text"), "'{}' is required", part.name("text"));
+    out += *text;
+  }
+  return out;
 }
 
 }  // namespace tern::server

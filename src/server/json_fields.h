@@ -5,8 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/api_error.h"
 
@@ -31,5 +33,13 @@ class Fields {
   const ojson& obj_;
   std::string where_;
 };
+
+// "where[i]": an element's name in error messages.
+std::string element(const std::string& where, size_t i);
+
+// Text given as a string, or as a list of parts whose "type" is one of
+// `types` (their "text" joined); other parts (images, audio) are a 400.
+std::string parts_text(const ojson& v, const std::string& where,
+                       std::initializer_list<std::string_view> types);
 
 }  // namespace tern::server

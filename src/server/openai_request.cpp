@@ -11,38 +11,12 @@ namespace {
 
 constexpr int64_t kMaxStops = 16;
 
-std::string at(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
-// A message's content as text: a string, or a list of text parts.
-std::string content_text(const ojson* c, const std::string& where) {
-  if (!c) return "";
-  if (c->is_string()) return c->get<std::string>();
-  if (!c->is_array()) bad_request(where, "'{}' must be a string or a list of parts", where);
-  std::string out;
-  for (size_t j = 0; j < c->size(); ++j) {
-    const Fields part((*c)[j], at(where, j));
-    const std::string type = part.string("type").value_or("");
-    if (type == "text") {
-      const auto text = part.string("text");
-      if (!text) bad_request(part.name("text"), "'{}' is required", part.name("text"));
-      out += *text;
-    } else {
-      bad_request(part.name("type"),
-                  "'{}': content of type '{}' is not supported (this model takes text)",
-                  part.name("type"), type);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 ojson tool_calls_of(const ojson& calls, const std::string& where) {
   ojson out = ojson::array();
   for (size_t j = 0; j < calls.size(); ++j) {
-    const Fields call(calls[j], at(where, j));
+    const Fields call(calls[j], element(where, j));
     const ojson* fn = call.object("function");
     if (!fn) bad_request(call.name("function"), "'{}' is required", call.name("function"));
     const Fields f(*fn, call.name("function"));
@@ -73,7 +47,7 @@ ojson messages_of(const ojson* msgs) {
   if (!msgs || msgs->empty()) bad_request("messages", "'messages' must be a non-empty list");
   ojson out = ojson::array();
   for (size_t i = 0; i < msgs->size(); ++i) {
-    const Fields m((*msgs)[i], at("messages", i));
+    const Fields m((*msgs)[i], element("messages", i));
     std::string role = m.string("role").value_or("");
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
@@ -81,7 +55,8 @@ ojson messages_of(const ojson* msgs) {
                   "'{}' must be system, developer, user, assistant or tool, got '{}'",
                   m.name("role"), role);
     const ojson* content = m.get("content");
-    ojson msg = {{"role", role}, {"content", content_text(content, m.name("content"))}};
+    ojson msg = {{"role", role},
+                 {"content", content ? parts_text(*content, m.name("content"), {"text"}) : ""}};
     if (role == "assistant") {
       for (const char* key : {"reasoning_content", "reasoning"})
         if (auto r = m.string(key)) msg["reasoning_content"] = *r;
@@ -184,7 +159,7 @@ ojson parse_tools(const ojson& tools, const std::string& where) {
   if (!tools.is_array()) bad_request(where, "'{}' must be a list", where);
   ojson out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
-    const Fields t(tools[i], at(where, i));
+    const Fields t(tools[i], element(where, i));
     const std::string type = t.string("type").value_or("function");
     if (type != "function")
       bad_request(t.name("type"), "'{}': tools of type '{}' are not supported (function only)",

@@ -10,26 +10,6 @@ namespace tern::server {
 
 namespace {
 
-std::string at(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
-std::string parts_text(const ojson& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) bad_request(where, "'{}' must be a string or a list of parts", where);
-  std::string out;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const Fields p(content[i], at(where, i));
-    const std::string type = p.string("type").value_or("");
-    if (type != "input_text" && type != "output_text" && type != "text")
-      bad_request(p.name("type"),
-                  "'{}': content of type '{}' is not supported (this model takes text)",
-                  p.name("type"), type);
-    out += p.string("text").value_or("");
-  }
-  return out;
-}
-
 // Input items as chat messages appended to `out`.
 void add_items(ojson& out, const ojson& input) {
   if (input.is_string()) {
@@ -45,7 +25,7 @@ void add_items(ojson& out, const ojson& input) {
     return out.back();
   };
   for (size_t i = 0; i < input.size(); ++i) {
-    const Fields it(input[i], at("input", i));
+    const Fields it(input[i], element("input", i));
     const std::string type = it.string("type").value_or("message");
     if (type == "message") {
       std::string role = it.string("role").value_or("");
@@ -54,7 +34,10 @@ void add_items(ojson& out, const ojson& input) {
         bad_request(it.name("role"), "'{}' must be user, assistant, system or developer",
                     it.name("role"));
       const ojson* c = it.get("content");
-      ojson msg = {{"role", role}, {"content", c ? parts_text(*c, it.name("content")) : ""}};
+      ojson msg = {
+          {"role", role},
+          {"content",
+           c ? parts_text(*c, it.name("content"), {"input_text", "output_text", "text"}) : ""}};
       if (role == "assistant" && !reasoning.empty())
         msg["reasoning_content"] = std::exchange(reasoning, "");
       out.push_back(std::move(msg));
@@ -67,7 +50,10 @@ void add_items(ojson& out, const ojson& input) {
       a["tool_calls"].push_back(tool_calls_of(ojson::array({call}), it.name("arguments"))[0]);
     } else if (type == "function_call_output") {
       const ojson* o = it.get("output");
-      out.push_back({{"role", "tool"}, {"content", o ? parts_text(*o, it.name("output")) : ""}});
+      out.push_back(
+          {{"role", "tool"},
+           {"content",
+            o ? parts_text(*o, it.name("output"), {"input_text", "output_text", "text"}) : ""}});
     } else if (type == "reasoning") {
       if (const ojson* c = it.array("content"))
         for (const ojson& p : *c) reasoning += p.value("text", "");
@@ -109,7 +95,7 @@ ResponsesRequest parse(const ojson& body, const ApiContext& ctx, ResponseStore& 
   if (const ojson* tools = f.array("tools")) {
     ojson fns = ojson::array();
     for (size_t i = 0; i < tools->size(); ++i) {
-      const Fields t((*tools)[i], at("tools", i));
+      const Fields t((*tools)[i], element("tools", i));
       const std::string type = t.string("type").value_or("");
       if (type != "function") {
         spdlog::warn("responses: tool of type '{}' ignored (function tools only)", type);
