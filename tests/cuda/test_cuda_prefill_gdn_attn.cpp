@@ -7,7 +7,8 @@
 //   double-precision softmax attention over the same bf16 cache and fp16 q.
 // Bounds: the scan is fp32 (the order of its sums differs): 5e-5 of the
 // largest value. The chunked form rounds its tensor-core operands to tf32
-// (2^-11 relative) with fp32 sums: 2e-3. Attention rounds the probabilities
+// (2^-11 relative) with fp32 sums: 4e-3 (a few roundings stack in V', O
+// and the state). Attention rounds the probabilities
 // to fp16 (2^-12 relative; q and the bf16 cache convert exactly): 2e-3.
 // Each test prints the error it measured.
 #include <algorithm>
@@ -166,7 +167,7 @@ TEST_P(PrefillDelta, MatchesTheRecurrence) {
               cudaSuccess);
     t0 += n;
   }
-  const float bound = p.chunked ? 2e-3f : 5e-5f;
+  const float bound = p.chunked ? 4e-3f : 5e-5f;
   const float dout_err = max_diff(to_host(dout.get(), o.size()), o);
   const float ds_err = max_diff(to_host(dS.get(), S.size()), S);
   const std::string what = std::string(p.chunked ? "chunked" : "scan") + " T=" + std::to_string(T);
