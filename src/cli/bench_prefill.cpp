@@ -73,8 +73,8 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
   const cuda::PrefillOptions& po = be.prefill_options();
   std::printf("bf16 matrix rate (cuBLAS 8192^3, this run): %.0f TFLOP/s%s\n", rate / 1e12,
               rate > 0 ? "" : " (no cuBLAS found: fractions left out)");
-  std::printf("prefill chunk %d tokens, GDN chunked form from %d tokens\n", po.chunk,
-              po.chunked_from);
+  std::printf("prefill chunk %d tokens, GDN chunked form from %d tokens, GEMM tiles of %d rows\n",
+              po.chunk, po.chunked_from, po.gemm_bm);
   std::printf("%9s %10s %10s %10s %9s %8s %10s\n", "prompt", "tok/s", "ms", "TFLOP", "TFLOP/s",
               "of bf16", "mem GB");
   nlohmann::json rows = nlohmann::json::array();
@@ -117,8 +117,15 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
             {"ms", s * 1e3}, {"floor_ms", floor * 1e3}, {"tflop", phase_flops[p] / 1e12}};
         std::printf(" %s %.1f ms (floor %.1f)", cuda::kPrefillPhaseNames[p], s * 1e3, floor * 1e3);
       }
-      std::printf("\n");
+      std::printf("\n  by kernel:");
+      nlohmann::json kernels = nlohmann::json::object();
+      for (const auto& [name, secs_k] : prof.kernels) {
+        kernels[name] = secs_k * 1e3;
+        std::printf(" %s %.1f", name.c_str(), secs_k * 1e3);
+      }
+      std::printf(" (ms)\n");
       row["split"] = split;
+      row["split_kernels_ms"] = kernels;
       row["split_total_ms"] = total * 1e3;
     }
     rows.push_back(row);
@@ -131,7 +138,8 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
             {"step_below", po.step_below},
             {"chunked_from", po.chunked_from},
             {"moe_bn", po.moe_bn},
-            {"dense_bn", po.dense_bn}}},
+            {"dense_bn", po.dense_bn},
+            {"gemm_bm", po.gemm_bm}}},
           {"prefill_tokens", "uniform random ids (seeded), fresh sequence per repeat"},
           {"prefill", rows}};
 #endif

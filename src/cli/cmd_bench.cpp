@@ -40,7 +40,8 @@ struct BenchOptions {
   // --prefill (bench_prefill.cpp): lengths, and whether --decode was given too.
   std::string prefill;
   bool decode_given = false, split = false;
-  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0;  // 0: the backend's default
+  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0,
+      gemm_bm = 0;  // 0: the backend's default
 };
 
 [[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s,
@@ -132,6 +133,7 @@ int run_bench(const BenchOptions& o) {
   if (o.prefill_chunk > 0) po.chunk = o.prefill_chunk;
   if (o.chunked_from > 0) po.chunked_from = o.chunked_from;
   po.moe_bn = o.moe_bn, po.dense_bn = o.dense_bn;
+  if (o.gemm_bm > 0) po.gemm_bm = o.gemm_bm;
   be->set_prefill_options(po);
   nlohmann::json prefill_json;
   if (!prompts.empty())
@@ -222,7 +224,7 @@ int run_bench(const BenchOptions& o) {
                       {"weights_on_device_bytes", be->weights().total_bytes()},
                       {"device_memory_used_bytes", mem},
                       {"decode", rows}};
-  j.update(prefill_json);
+  if (!prefill_json.is_null()) j.update(prefill_json);
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     if (!f) fail("cannot write {}", o.json);
@@ -250,6 +252,8 @@ void add_prefill_options(CLI::App* cmd, BenchOptions& o) {
       ->check(CLI::IsMember({0, 64, 128}));
   cmd->add_option("--dense-bn", o.dense_bn, "Dense GEMM tile: 64, 128 (0: auto)")
       ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--gemm-bm", o.gemm_bm, "GEMM weight rows a tile: 128, 256")
+      ->check(CLI::IsMember({128, 256}));
 }
 
 }  // namespace

@@ -75,10 +75,11 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
   const auto by_token = run(steps, {});
   expect_close(by_token, want, "token by token");
   EXPECT_LE(max_diff(at_once, by_token), 1e-3f * max_abs(want)) << "at once vs token by token";
-  for (int bn : {64, 128}) {
+  for (const auto& [bn, bm] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{128, 256}}) {
     cuda::PrefillOptions tiles;
-    tiles.moe_bn = bn, tiles.dense_bn = bn;
-    expect_close(run(tiles, {}), want, "tiles of " + std::to_string(bn));
+    tiles.moe_bn = bn, tiles.dense_bn = bn, tiles.gemm_bm = bm;
+    expect_close(run(tiles, {}), want,
+                 "tiles of " + std::to_string(bm) + " x " + std::to_string(bn));
   }
 }
 
@@ -89,16 +90,7 @@ TEST(CudaPrefill, Greedy256AfterALongPrefillEqualsCpu) {
   cuda::CudaBackend gpu(w);
   const auto prompt = random_prompt(300, w->cfg.vocab, 7);
   constexpr int kN = 256;
-  std::vector<int32_t> want;
-  {
-    auto s = cpu.new_sequence();
-    std::vector<float> logits;
-    cpu.forward(*s, prompt, Logits::last, logits);
-    for (int i = 0; i < kN; ++i) {
-      want.push_back(argmax(logits));
-      cpu.forward(*s, std::span(&want.back(), 1), Logits::last, logits);
-    }
-  }
+  const std::vector<int32_t> want = greedy_by_forward(cpu, prompt, kN);
   // The engine's flow: the prompt but its last token, then generate() from it.
   auto s = gpu.new_sequence();
   std::vector<float> logits;

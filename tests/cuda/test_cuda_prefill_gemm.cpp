@@ -138,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, PrefillStage,
 struct GemmCase {
   int rows, K, n;
   bool tiles;
-  int bn;
+  int bn, bm;
   cuda::GemmOut out;
 };
 
@@ -170,6 +170,7 @@ TEST_P(PrefillGemm, MatchesCpuMatmul) {
   cuda::GemmArgs a;
   a.W = M.dev, a.group_rows = p.rows, a.x = s.x.get(), a.xscale = s.scale.get(), a.n = p.n;
   a.out = p.out, a.y = y.get(), a.ldy = p.rows, a.row_w = dw.get(), a.bn = p.bn;
+  a.bm = p.bm;
   ASSERT_EQ(cuda::prefill_gemm(a, nullptr), cudaSuccess);
   const auto got = to_host(y.get(), ref.size());
   EXPECT_LE(max_diff(got, want), 1e-3f * max_abs(ref));
@@ -181,19 +182,21 @@ TEST_P(PrefillGemm, MatchesCpuMatmul) {
 
 using O = cuda::GemmOut;
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
-                         ::testing::Values(GemmCase{272, 2048, 1, true, 128, O::store},
-                                           GemmCase{272, 2048, 77, true, 64, O::store},
-                                           GemmCase{1040, 2048, 200, true, 128, O::add},
-                                           GemmCase{128, 4096, 130, true, 128, O::weighted},
-                                           GemmCase{40, 192, 33, false, 64, O::store},
-                                           GemmCase{100, 64, 129, false, 128, O::add},
-                                           GemmCase{48, 128, 5, true, 64, O::store}));
+                         ::testing::Values(GemmCase{272, 2048, 1, true, 128, 256, O::store},
+                                           GemmCase{272, 2048, 77, true, 64, 128, O::store},
+                                           GemmCase{1040, 2048, 200, true, 128, 256, O::add},
+                                           GemmCase{1040, 2048, 200, true, 128, 128, O::add},
+                                           GemmCase{300, 2048, 90, true, 64, 256, O::store},
+                                           GemmCase{128, 4096, 130, true, 128, 256, O::weighted},
+                                           GemmCase{40, 192, 33, false, 64, 256, O::store},
+                                           GemmCase{100, 64, 129, false, 128, 128, O::add},
+                                           GemmCase{48, 128, 5, true, 64, 256, O::store}));
 
 // The MoE of T tokens from given router logits: route_tokens, the grouped
 // gate/up (SwiGLU) and down (routing weights) GEMMs and the combine, against
 // cpu::route_token and the experts' rows on the CPU.
 void check_moe(const std::vector<float>& logits, int T, int E, int top_k, int D, int I, bool tiles,
-               int bn, std::mt19937& g) {
+               int bn, int bm, std::mt19937& g) {
   const int K1 = top_k + 1, A = T * K1;
   TestMat up((E + 1) * 2 * I, D, 4, g, 0.05f), down((E + 1) * D, I, 4, g, 0.05f);
   if (tiles) up.tile(I), down.tile();
@@ -252,12 +255,12 @@ void check_moe(const std::vector<float>& logits, int T, int E, int top_k, int D,
   ga.W = up.dev, ga.group_rows = 2 * I, ga.pair = tiles ? 0 : I, ga.x = s.x.get();
   ga.xrow = slot_row.get(), ga.xscale = s.scale.get(), ga.map = map.get();
   ga.map_count = map_count.get(), ga.max_tiles = max_tiles, ga.out = cuda::GemmOut::swiglu;
-  ga.act = act.get(), ga.bn = bn;
+  ga.act = act.get(), ga.bn = bn, ga.bm = bm;
   ASSERT_EQ(cuda::prefill_gemm(ga, nullptr), cudaSuccess);
   cuda::GemmArgs gd;
   gd.W = down.dev, gd.group_rows = D, gd.x = act.get(), gd.map = map.get();
   gd.map_count = map_count.get(), gd.max_tiles = max_tiles, gd.out = cuda::GemmOut::weighted;
-  gd.y = y.get(), gd.ldy = D, gd.row_w = slot_w.get(), gd.bn = bn;
+  gd.y = y.get(), gd.ldy = D, gd.row_w = slot_w.get(), gd.bn = bn, gd.bm = bm;
   ASSERT_EQ(cuda::prefill_gemm(gd, nullptr), cudaSuccess);
   ASSERT_EQ(cuda::moe_combine(y.get(), token_slot.get(), T, K1, D, dh.get(), nullptr), cudaSuccess);
 
@@ -294,7 +297,7 @@ struct MoeCase {
   const char* routing;  // "random", "one expert", "spread"
   int T, E, top_k, D, I;
   bool tiles;
-  int bn;
+  int bn, bm;
 };
 class PrefillMoe : public ::testing::TestWithParam<MoeCase> {};
 
@@ -310,17 +313,19 @@ TEST_P(PrefillMoe, MatchesTheCpu) {
     if (r == "spread")                    // token t's first choice is expert t: one row an expert
       l[t % p.E] = 30.0f;
   }
-  check_moe(logits, p.T, p.E, p.top_k, p.D, p.I, p.tiles, p.bn, g);
+  check_moe(logits, p.T, p.E, p.top_k, p.D, p.I, p.tiles, p.bn, p.bm, g);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routings, PrefillMoe,
-                         ::testing::Values(MoeCase{"random", 1, 8, 2, 256, 128, true, 64},
-                                           MoeCase{"random", 300, 16, 4, 256, 128, true, 128},
-                                           MoeCase{"one expert", 200, 16, 4, 256, 128, true, 64},
-                                           MoeCase{"spread", 16, 16, 1, 256, 128, true, 128},
-                                           MoeCase{"random", 150, 16, 8, 2048, 512, true, 128},
-                                           MoeCase{"random", 400, 256, 8, 128, 64, true, 64},
-                                           MoeCase{"random", 70, 16, 4, 128, 64, false, 64}));
+                         ::testing::Values(MoeCase{"random", 1, 8, 2, 256, 128, true, 64, 256},
+                                           MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 256},
+                                           MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 128},
+                                           MoeCase{"one expert", 200, 16, 4, 256, 128, true, 64,
+                                                   256},
+                                           MoeCase{"spread", 16, 16, 1, 256, 128, true, 128, 256},
+                                           MoeCase{"random", 150, 16, 8, 2048, 512, true, 128, 256},
+                                           MoeCase{"random", 400, 256, 8, 128, 64, true, 64, 128},
+                                           MoeCase{"random", 70, 16, 4, 128, 64, false, 64, 256}));
 
 }  // namespace
 }  // namespace tern::test

@@ -221,9 +221,13 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
       pa[n][0] = pf::pack_f16(e0, e1), pa[n][1] = pf::pack_f16(e2, e3);
     }
     l0 = l0 * c0 + p0, l1 = l1 * c1 + p1;
+    // The running max rarely moves after the first tiles: rescale only when it
+    // did for one of the warp's rows.
+    if (__any_sync(kFull, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < kD / 8; ++d) o[d][0] *= c0, o[d][1] *= c0, o[d][2] *= c1, o[d][3] *= c1;
-      // O += P V.
+      for (int d = 0; d < kD / 8; ++d) o[d][0] *= c0, o[d][1] *= c0, o[d][2] *= c1, o[d][3] *= c1;
+    }
+    // O += P V.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       const uint32_t a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0],

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -58,6 +59,7 @@ struct PrefillOptions {
   int chunked_from = 64;  // GDN: the chunked (WY) form from this many tokens a chunk, else the scan
   int moe_bn = 0;         // grouped GEMM slots a tile, 64 or 128; 0: by rows per expert
   int dense_bn = 0;       // dense GEMM slots a tile, 64 or 128; 0: by the chunk's tokens
+  int gemm_bm = 256;      // GEMM weight rows a tile, 128 or 256
 };
 // Seconds per prefill phase (tern bench --prefill's split), accumulated while
 // set: CUDA events between the phases' launches.
@@ -66,6 +68,7 @@ inline const char* const kPrefillPhaseNames[] = {"moe_gemm", "dense_gemm", "gdn"
                                                  "other"};
 struct PrefillProfile {
   double seconds[int(PrefillPhase::count)] = {};
+  std::map<std::string, double> kernels;  // the same time by launch (in_proj, delta, ...)
 };
 
 class CudaBackend : public Backend {

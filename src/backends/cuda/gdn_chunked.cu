@@ -159,13 +159,43 @@ __device__ __forceinline__ void copy_rows(float* dst, int dst_ld, const float* s
   }
 }
 
+// acc[q] += A (16 rows from row0) . B (column tiles cb + q, 8 columns each)
+// over K = 8 KSTEPS: A row-major with stride lda (or, kTransA, stored
+// transposed: element (r, k) at A[k lda + r]), B k-major with stride ldb.
+template <int KSTEPS, int NQ, bool kTransA = false>
+__device__ __forceinline__ void tile_mma(float (&acc)[NQ][4], const float* A, int lda, int row0,
+                                         const float* B, int ldb, int cb) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  auto at = [&](int r, int k) { return kTransA ? A[k * lda + r] : A[r * lda + k]; };
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    const int r = row0 + g, k = 8 * kk + t;
+    const float a0 = at(r, k), a1 = at(r + 8, k), a2 = at(r, k + 4), a3 = at(r + 8, k + 4);
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+      const float* br = B + k * ldb + 8 * (cb + q) + g;
+      mma_tf32(acc[q], a0, a1, a2, a3, br[0], br[4 * ldb]);
+    }
+  }
+}
+
+// Calls f(row, column, value) for each accumulator of tiles cb.. of rows row0..
+template <int NQ, typename F>
+__device__ __forceinline__ void each_acc(float (&acc)[NQ][4], int row0, int cb, F&& f) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int q = 0; q < NQ; ++q)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      f(row0 + g + (e >= 2 ? 8 : 0), 8 * (cb + q) + 2 * t + (e & 1), acc[q][e]);
+}
+
 __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs a) {
   extern __shared__ __align__(16) float sm[];
   float *Ws = sm + kSmW, *Qs = sm + kSmQ, *Ks = sm + kSmK, *Ms = sm + kSmM, *Us = sm + kSmU,
         *Vp = sm + kSmV, *Ss = sm + kSmS;
   const int n = int(blockIdx.x) / (kD / kCols), c0 = int(blockIdx.x) % (kD / kCols) * kCols;
-  const int Hv = a.v_heads, chunks = (a.T + kC - 1) / kC;
-  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
+  const int Hv = a.v_heads, chunks = (a.T + kC - 1) / kC, w = int(threadIdx.x) >> 5;
   auto chunk = [&](int c) { return a.scratch + (size_t(c) * Hv + n) * kPer; };
   auto load_wu = [&](int c) {
     copy_rows(Ws, kWS, chunk(c) + kW, kD, kC, kD);
@@ -179,110 +209,45 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
   load_wu(0);
   load_qkm(0);
   cp_async_commit();
-  // The state: warp w's rows 16 w + g (+8), columns 8 nt + 2 t (+1).
+  // The state: warp w's rows 16 w.. by all 32 columns (4 tiles), in registers.
   float* Sg = a.S + size_t(n) * kD * kD + c0;
   float st[4][4];
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (e & 1);
-      st[nt][e] = Sg[size_t(r) * kD + col];
-      Ss[r * kVS + col] = tf32(st[nt][e]);
-    }
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) {
+    v = Sg[size_t(r) * kD + col];
+    Ss[r * kVS + col] = tf32(v);
+  });
   cp_async_wait<0>();
   __syncthreads();
-  const int mt = w % 4,
-            nb = 2 * (w / 4);  // steps 1 and 2: token rows 16 mt.., column tiles nb, nb+1
+  const int mt = 16 * (w % 4), nb = 2 * (w / 4);  // steps 1 and 2: token rows mt.., tiles nb, nb+1
   for (int c = 0; c < chunks; ++c) {
     const int L = min(kC, a.T - c * kC);
     const float gc = chunk(c)[kG];
     // 1. V' = U - W S.
     float acc[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kD / 8; ++kk) {
-      const float* wr = Ws + (16 * mt + g) * kWS + 8 * kk + t;
-      const float a0 = wr[0], a1 = wr[8 * kWS], a2 = wr[4], a3 = wr[8 * kWS + 4];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float* sr = Ss + (8 * kk + t) * kVS + 8 * (nb + q) + g;
-        mma_tf32(acc[q], a0, a1, a2, a3, sr[0], sr[4 * kVS]);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * mt + g + (e >= 2 ? 8 : 0), col = 8 * (nb + q) + 2 * t + (e & 1);
-        Vp[r * kVS + col] = tf32(Us[r * kCols + col] - acc[q][e]);
-      }
+    tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
+    each_acc(acc, mt, nb,
+             [&](int r, int col, float& v) { Vp[r * kVS + col] = tf32(Us[r * kCols + col] - v); });
     __syncthreads();
     if (c + 1 < chunks) load_wu(c + 1);
     cp_async_commit();
     // 2. O = Q~ S + M V'.
     float o[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kD / 8; ++kk) {
-      const float* qr = Qs + (16 * mt + g) * kWS + 8 * kk + t;
-      const float a0 = qr[0], a1 = qr[8 * kWS], a2 = qr[4], a3 = qr[8 * kWS + 4];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float* sr = Ss + (8 * kk + t) * kVS + 8 * (nb + q) + g;
-        mma_tf32(o[q], a0, a1, a2, a3, sr[0], sr[4 * kVS]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kC / 8; ++kk) {
-      const float* mr = Ms + (16 * mt + g) * kMS + 8 * kk + t;
-      const float a0 = mr[0], a1 = mr[8 * kMS], a2 = mr[4], a3 = mr[8 * kMS + 4];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float* vr = Vp + (8 * kk + t) * kVS + 8 * (nb + q) + g;
-        mma_tf32(o[q], a0, a1, a2, a3, vr[0], vr[4 * kVS]);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * mt + g + (e >= 2 ? 8 : 0), col = 8 * (nb + q) + 2 * t + (e & 1);
-        if (r < L) a.o[(size_t(c * kC + r) * Hv + n) * kD + c0 + col] = o[q][e];
-      }
-      // 3. S = Gamma_C S + K~^T V' (A = K~^T: row 16 w + g is K~'s column).
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nt][e] *= gc;
-#pragma unroll
-    for (int kk = 0; kk < kC / 8; ++kk) {
-      const float* kr = Ks + (8 * kk + t) * kKT + 16 * w + g;
-      const float a0 = kr[0], a1 = kr[8], a2 = kr[4 * kKT], a3 = kr[4 * kKT + 8];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const float* vr = Vp + (8 * kk + t) * kVS + 8 * nt + g;
-        mma_tf32(st[nt], a0, a1, a2, a3, vr[0], vr[4 * kVS]);
-      }
-    }
+    tile_mma<kD / 8>(o, Qs, kWS, mt, Ss, kVS, nb);
+    tile_mma<kC / 8>(o, Ms, kMS, mt, Vp, kVS, nb);
+    each_acc(o, mt, nb, [&](int r, int col, float& v) {
+      if (r < L) a.o[(size_t(c * kC + r) * Hv + n) * kD + c0 + col] = v;
+    });
+    // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
+    each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
+    tile_mma<kC / 8, 4, true>(st, Ks, kKT, 16 * w, Vp, kVS, 0);
     __syncthreads();  // every read of Ss, Qs, Ks, Ms and Vp is done
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (e & 1);
-        Ss[r * kVS + col] = tf32(st[nt][e]);
-      }
+    each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
     if (c + 1 < chunks) load_qkm(c + 1);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
   }
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (e & 1);
-      Sg[size_t(r) * kD + col] = st[nt][e];
-    }
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Gated DeltaNet prefill, the token-parallel part and the sequential scan
 // (the chunked tensor-core form is gdn_chunked.cu).
 //
-// gdn_prep: a block a token: the causal conv over the C = 2 Hk 128 + Hv 128
+// gdn_prep: 16 tokens a block: the causal conv over the C = 2 Hk 128 + Hv 128
 // qkv channels (the first kernel - 1 rows from the carried state), SiLU, the
 // q/k L2 norms (16 threads a 128-wide head, 8 channels a thread), beta and the
 // log-decay, written as q, k [T][Hk][128], v [T][Hv][128], beta, g [T][Hv].
@@ -27,40 +27,64 @@ __device__ __forceinline__ float silu_exact(float x) {
   return x / (1.0f + expf(-x));
 }
 
-constexpr int kPrepThreads = 256, kPrepUnits = 4;  // 8-channel units a thread: C <= 8192
+// gdn_prep: block (tokens 16 tb .. 16 tb + 15, channel units 256 ub ..):
+// thread u keeps its 8 channels' conv weights and the last kernel - 1 input
+// rows in registers and walks the block's tokens (the weights were read once
+// a token before: 8 KB of L2 traffic a token and unit block).
+constexpr int kPrepThreads = 256, kPrepTokens = 16, kMaxKernel = 4;
 
 __global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a) {
-  const int t = int(blockIdx.x), tid = int(threadIdx.x), Hk = a.k_heads, Hv = a.v_heads;
+  const int Hk = a.k_heads, Hv = a.v_heads, tid = int(threadIdx.x);
   const int C = 2 * Hk * kD + Hv * kD, nu = C / 8, qk_units = Hk * kD / 8;
-  const int H = a.kernel - 1;
-  for (int m = 0; m < kPrepUnits; ++m) {
-    const int u = tid + kPrepThreads * m;
-    if (kPrepThreads * m >= nu) break;  // uniform
+  const int u = int(blockIdx.y) * kPrepThreads + tid, H = a.kernel - 1;
+  const int t0 = int(blockIdx.x) * kPrepTokens, t1 = min(a.T, t0 + kPrepTokens);
+  const bool on = u < nu;
+  float w[8][kMaxKernel] = {}, win[kMaxKernel][8] = {};  // win[j]: input row t - H + j
+  if (on) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < kMaxKernel; ++j)
+        if (j < a.kernel) w[i][j] = a.conv_w[size_t(8 * u + i) * a.kernel + j];
+#pragma unroll
+    for (int j = 0; j < kMaxKernel - 1; ++j) {
+      if (j >= H) continue;
+      const int r = t0 - H + j;
+      const float* src = r >= 0 ? a.proj + size_t(r) * a.ld : a.conv_state + size_t(H + r) * C;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) win[j][i] = src[8 * u + i];
+    }
+  }
+  const bool is_q = u < qk_units, is_k = !is_q && u < 2 * qk_units;
+  for (int t = t0; t < t1; ++t) {
     float y[8] = {};
-    if (u < nu) {
+    if (on) {
+      const float4* row = reinterpret_cast<const float4*>(a.proj + size_t(t) * a.ld + 8 * u);
+      const float4 p0 = row[0], p1 = row[1];
+      const float cur[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int c = 8 * u + i;
-        float s = 0.0f;
-        for (int j = 0; j < a.kernel; ++j) {
-          const int r = t - H + j;  // input row: < 0 from the state
-          const float x =
-              r >= 0 ? a.proj[size_t(r) * a.ld + c] : a.conv_state[size_t(H + r) * C + c];
-          s += a.conv_w[size_t(c) * a.kernel + j] * x;
-        }
-        y[i] = silu_exact(s);
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxKernel; ++j)
+          if (j < a.kernel) acc += w[i][j] * (j == H ? cur[i] : win[j][i]);
+        y[i] = silu_exact(acc);
       }
+#pragma unroll
+      for (int j = 0; j + 1 < kMaxKernel; ++j)  // the window moves a row
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (j < H) win[j][i] = j + 1 == H ? cur[i] : win[j + 1][i];
     }
-    // q and k heads: L2 norm over the 16 units of the head.
+    // q and k heads: L2 norm over the head's 16 units (neighbouring threads).
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss += y[i] * y[i];
 #pragma unroll
     for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
-    if (u >= nu) continue;
+    if (!on) continue;
     float* dst;
-    if (u < 2 * qk_units) {
-      const bool is_q = u < qk_units;
+    if (is_q || is_k) {
       const float inv = (is_q ? rsqrtf(float(kD)) : 1.0f) / sqrtf(ss + 1e-6f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] *= inv;
@@ -71,12 +95,14 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a) {
     reinterpret_cast<float4*>(dst)[0] = make_float4(y[0], y[1], y[2], y[3]);
     reinterpret_cast<float4*>(dst)[1] = make_float4(y[4], y[5], y[6], y[7]);
   }
-  if (tid < Hv) {
-    const float* row = a.proj + size_t(t) * a.ld + C + Hv * kD;
-    const float b = row[tid], x = row[Hv + tid] + a.dt_bias[tid];
-    a.beta[size_t(t) * Hv + tid] = 1.0f / (1.0f + expf(-b));
-    a.g[size_t(t) * Hv + tid] = -expf(a.a_log[tid]) * (x > 20.0f ? x : log1pf(expf(x)));
-  }
+  if (blockIdx.y == 0)
+    for (int i = tid; i < (t1 - t0) * Hv; i += kPrepThreads) {
+      const int t = t0 + i / Hv, n = i % Hv;
+      const float* row = a.proj + size_t(t) * a.ld + C + Hv * kD;
+      const float b = row[n], x = row[Hv + n] + a.dt_bias[n];
+      a.beta[size_t(t) * Hv + n] = 1.0f / (1.0f + expf(-b));
+      a.g[size_t(t) * Hv + n] = -expf(a.a_log[n]) * (x > 20.0f ? x : log1pf(expf(x)));
+    }
 }
 
 __global__ void conv_state_kernel(const float* proj, int T, int ld, int C, int kernel,
@@ -180,10 +206,10 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(DeltaArgs a) {
 
 cudaError_t gdn_prep(const GdnPrepArgs& a, cudaStream_t st) {
   const int C = 2 * a.k_heads * kD + a.v_heads * kD;
-  if (C > 8 * kPrepThreads * kPrepUnits || a.v_heads > kPrepThreads || a.kernel < 1)
-    return cudaErrorInvalidValue;
+  if (C % (8 * 16) != 0 || a.kernel < 1 || a.kernel > kMaxKernel) return cudaErrorInvalidValue;
   if (a.T <= 0) return cudaSuccess;
-  prep_kernel<<<a.T, kPrepThreads, 0, st>>>(a);
+  const dim3 grid((a.T + kPrepTokens - 1) / kPrepTokens, (C / 8 + kPrepThreads - 1) / kPrepThreads);
+  prep_kernel<<<grid, kPrepThreads, 0, st>>>(a);
   return cudaGetLastError();
 }
 

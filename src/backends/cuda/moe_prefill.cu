@@ -17,21 +17,23 @@ namespace tern::cuda {
 
 namespace {
 
-// Router GEMM: 64 tokens by 64 router rows a block, K in steps of one group.
-constexpr int kRT = 64, kRK = 64, kRThreads = 256;
+// Router GEMM: 64 tokens by 64 router rows a block, K in steps of one group;
+// thread (tx, ty) sums rows 4 tx.. by tokens 4 ty.., both operands stored
+// k-major so each k is two 16-byte loads for 16 FMAs.
+constexpr int kRT = 64, kRK = 64, kRThreads = 256, kRPad = kRT + 4;
 
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
-  __shared__ float xs[kRT][kRK + 1], ws[kRT][kRK + 1];
+  __shared__ __align__(16) float xs[kRK][kRPad], ws[kRK][kRPad];
   const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
   const int r0 = int(blockIdx.x) * kRT, t0 = int(blockIdx.y) * kRT, K = W.cols;
   const int wpr = K / 4, gpr = K / kGroup;
-  float acc[4][4] = {};
+  float acc[4][4] = {};  // [token][row]
   for (int k0 = 0; k0 < K; k0 += kRK) {
     __syncthreads();
     for (int i = tid; i < kRT * kRK; i += kRThreads) {
       const int row = i / kRK, k = i % kRK, t = t0 + row;
-      xs[row][k] = t < T ? a32[size_t(t) * K + k0 + k] : 0.0f;
+      xs[k][row] = t < T ? a32[size_t(t) * K + k0 + k] : 0.0f;
     }
     // Weights: a word (4 codes) a thread, dequantised as the CPU does.
     for (int i = tid; i < kRT * kRK / 4; i += kRThreads) {
@@ -46,25 +48,25 @@ __global__ void __launch_bounds__(kRThreads)
           q[j] = __fadd_rn(__fmul_rn(s, float((w >> (8 * j)) & 0xFFu)), b);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) ws[row][4 * wq + j] = q[j];
+      for (int j = 0; j < 4; ++j) ws[4 * wq + j][row] = q[j];
     }
     __syncthreads();
 #pragma unroll 8
     for (int k = 0; k < kRK; ++k) {
-      float xv[4], wv[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = xs[ty + 16 * j][k], wv[j] = ws[tx + 16 * j][k];
+      const float4 xv = *reinterpret_cast<const float4*>(&xs[k][4 * ty]);
+      const float4 wv = *reinterpret_cast<const float4*>(&ws[k][4 * tx]);
+      const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(xv[j], wv[i], acc[j][i]);
+        for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(xa[j], wa[i], acc[j][i]);
     }
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int t = t0 + ty + 16 * j, R = r0 + tx + 16 * i;
+      const int t = t0 + 4 * ty + j, R = r0 + 4 * tx + i;
       if (t < T && R < W.rows) logits[size_t(t) * W.rows + R] = acc[j][i];
     }
 }

@@ -27,21 +27,23 @@ namespace {
 class PhaseMarks {
  public:
   PhaseMarks(PrefillProfile* p, cudaStream_t st) : p_(p), st_(st) {
-    if (p_ != nullptr) marks_.push_back({PrefillPhase::other, record()});
+    if (p_ != nullptr) marks_.push_back({PrefillPhase::other, "", record()});
   }
-  void operator()(PrefillPhase ph) {
-    if (p_ != nullptr) marks_.push_back({ph, record()});
+  // The launches since the last mark were phase ph, kernel `what`.
+  void operator()(PrefillPhase ph, const char* what) {
+    if (p_ != nullptr) marks_.push_back({ph, what, record()});
   }
   // Adds the phases' times (after the stream's work is done).
   ~PhaseMarks() {
     if (p_ == nullptr) return;
-    cudaEventSynchronize(marks_.back().second);
+    cudaEventSynchronize(marks_.back().event);
     for (size_t i = 1; i < marks_.size(); ++i) {
       float ms = 0;
-      cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
-      p_->seconds[int(marks_[i].first)] += double(ms) / 1e3;
+      cudaEventElapsedTime(&ms, marks_[i - 1].event, marks_[i].event);
+      p_->seconds[int(marks_[i].phase)] += double(ms) / 1e3;
+      p_->kernels[marks_[i].what] += double(ms) / 1e3;
     }
-    for (auto& m : marks_) cudaEventDestroy(m.second);
+    for (auto& m : marks_) cudaEventDestroy(m.event);
   }
 
  private:
@@ -53,7 +55,12 @@ class PhaseMarks {
   }
   PrefillProfile* p_;
   cudaStream_t st_;
-  std::vector<std::pair<PrefillPhase, cudaEvent_t>> marks_;
+  struct Mark {
+    PrefillPhase phase;
+    const char* what;
+    cudaEvent_t event;
+  };
+  std::vector<Mark> marks_;
 };
 
 }  // namespace
@@ -61,9 +68,12 @@ class PhaseMarks {
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
   if (o.chunk < 1 || o.step_below < 1 || o.chunked_from < 1 ||
       (o.moe_bn != 0 && o.moe_bn != 64 && o.moe_bn != 128) ||
-      (o.dense_bn != 0 && o.dense_bn != 64 && o.dense_bn != 128))
-    fail("prefill options: chunk {}, step_below {}, chunked_from {}, moe_bn {}, dense_bn {}",
-         o.chunk, o.step_below, o.chunked_from, o.moe_bn, o.dense_bn);
+      (o.dense_bn != 0 && o.dense_bn != 64 && o.dense_bn != 128) ||
+      (o.gemm_bm != 128 && o.gemm_bm != 256))
+    fail(
+        "prefill options: chunk {}, step_below {}, chunked_from {}, moe_bn {}, dense_bn {}, "
+        "gemm_bm {}",
+        o.chunk, o.step_below, o.chunked_from, o.moe_bn, o.dense_bn, o.gemm_bm);
   popt_ = o;
 }
 
@@ -191,33 +201,30 @@ void CudaBackend::prefill_chunk(CudaSequence& s, const int* tokens_dev, int T, L
   const int D = c.hidden, E = c.n_experts, K1 = c.top_k + 1, I = c.moe_inter;
   const int pos0 = int(s.length());
   const int dense_bn = popt_.dense_bn != 0 ? popt_.dense_bn : T <= 512 ? 64 : 128;
-  const int moe_bn = popt_.moe_bn != 0                         ? popt_.moe_bn
-                     : int64_t(T) * c.top_k >= 96 * int64_t(E) ? 128
-                                                               : 64;
-  auto stage = [&](const StageArgs& a) { check(stage_rows(a, st), "prefill staging"); };
-  auto dense = [&](const DMat& M, GemmOut out, float* y, int ldy) {
+  // 64 measured faster than 128 at 512, 4K and 32K tokens (bench/results, 175a7da).
+  const int moe_bn = popt_.moe_bn != 0 ? popt_.moe_bn : 64;
+  auto stage = [&](StageArgs a, PrefillPhase ph, const char* what) {
+    a.out = b.x16, a.xscale = b.xscale, a.eps = c.rms_eps;
+    check(stage_rows(a, st), "prefill staging");
+    mark(ph, what);
+  };
+  auto dense = [&](const DMat& M, GemmOut out, float* y, int ldy, const char* what) {
     GemmArgs g;
     g.W = M, g.group_rows = M.rows, g.x = b.x16, g.xscale = b.xscale, g.n = T, g.out = out;
-    g.y = y, g.ldy = ldy, g.bn = dense_bn;
+    g.y = y, g.ldy = ldy, g.bn = dense_bn, g.bm = popt_.gemm_bm;
     check(prefill_gemm(g, st), "prefill dense GEMM");
-    mark(PrefillPhase::dense_gemm);
+    mark(PrefillPhase::dense_gemm, what);
   };
   check(embed_rows(W.embed, tokens_dev, T, b.h, st), "prefill embed");
+  mark(PrefillPhase::other, "embed");
   for (int i = 0; i < c.n_layers; ++i) {
     const DevLayer& L = W.layers[size_t(i)];
-    stage({.x = b.h,
-           .T = T,
-           .K = D,
-           .mode = StageMode::norm,
-           .norm = L.in_norm,
-           .eps = c.rms_eps,
-           .out = b.x16,
-           .xscale = b.xscale});
-    mark(PrefillPhase::other);
+    stage({.x = b.h, .T = T, .K = D, .mode = StageMode::norm, .norm = L.in_norm},
+          PrefillPhase::other, "stage");
     if (L.type == LayerType::linear_attention) {
       const int C = c.conv_channels(), Vd = c.lin_value_dim(), Hv = c.lin_v_heads;
       const int ld = L.in_proj.rows;
-      dense(L.in_proj, GemmOut::store, b.proj, ld);
+      dense(L.in_proj, GemmOut::store, b.proj, ld, "in_proj");
       const GdnPrepArgs gp{.proj = b.proj,
                            .T = T,
                            .ld = ld,
@@ -235,25 +242,24 @@ void CudaBackend::prefill_chunk(CudaSequence& s, const int* tokens_dev, int T, L
                            .g = b.g};
       check(gdn_prep(gp, st), "prefill GDN prep");
       check(gdn_conv_state(b.proj, T, ld, C, c.conv_kernel, s.conv[size_t(i)], st), "conv state");
+      mark(PrefillPhase::gdn, "gdn_prep");
       const DeltaArgs da{b.q, b.k,    b.v, b.beta, b.g, T, c.lin_k_heads, Hv, s.S[size_t(i)],
                          b.o, b.delta};
       check(T >= popt_.chunked_from ? gdn_delta_chunked(da, st) : gdn_delta_scan(da, st),
             "prefill delta rule");
+      mark(PrefillPhase::gdn, "delta");
       stage({.x = b.o,
              .T = T,
              .K = Vd,
              .mode = StageMode::gated,
              .norm = L.gnorm,
-             .eps = c.rms_eps,
              .gate = b.proj + C,
-             .gate_ld = ld,
-             .out = b.x16,
-             .xscale = b.xscale});
-      mark(PrefillPhase::gdn);
-      dense(L.out, GemmOut::add, b.h, D);
+             .gate_ld = ld},
+            PrefillPhase::gdn, "gdn_stage");
+      dense(L.out, GemmOut::add, b.h, D, "out_proj");
     } else {
       const int ld = L.qkv.rows;
-      dense(L.qkv, GemmOut::store, b.proj, ld);
+      dense(L.qkv, GemmOut::store, b.proj, ld, "qkv");
       const AttnPrepArgs ap{.qkv = b.proj,
                             .T = T,
                             .pos0 = pos0,
@@ -269,31 +275,25 @@ void CudaBackend::prefill_chunk(CudaSequence& s, const int* tokens_dev, int T, L
                             .k_cache = s.k[size_t(i)],
                             .v_cache = s.v[size_t(i)]};
       check(attn_prep(ap, st), "prefill attention prep");
+      mark(PrefillPhase::attention, "attn_prep");
       const FlashArgs fa{b.q16,     s.k[size_t(i)], s.v[size_t(i)], T,  pos0,
                          c.n_heads, c.n_kv_heads,   s.capacity,     b.o};
       check(attn_flash(fa, st), "prefill attention");
+      mark(PrefillPhase::attention, "flash");
       stage({.x = b.o,
              .T = T,
              .K = c.n_heads * kHeadDim,
              .mode = StageMode::gate,
              .gate = b.proj,
-             .gate_ld = ld,
-             .out = b.x16,
-             .xscale = b.xscale});
-      mark(PrefillPhase::attention);
-      dense(L.o, GemmOut::add, b.h, D);
+             .gate_ld = ld},
+            PrefillPhase::attention, "attn_stage");
+      dense(L.o, GemmOut::add, b.h, D, "o_proj");
     }
     // MoE: routing on the device, the grouped GEMMs over the upper bound of tiles.
-    stage({.x = b.h,
-           .T = T,
-           .K = D,
-           .mode = StageMode::norm,
-           .norm = L.post_norm,
-           .eps = c.rms_eps,
-           .out = b.x16,
-           .xscale = b.xscale,
-           .out32 = b.a32});
+    stage({.x = b.h, .T = T, .K = D, .mode = StageMode::norm, .norm = L.post_norm, .out32 = b.a32},
+          PrefillPhase::other, "stage");
     check(router_logits(L.router, b.a32, T, b.rlogits, st), "prefill router");
+    mark(PrefillPhase::other, "router");
     const RouteArgs ra{.logits = b.rlogits,
                        .T = T,
                        .E = E,
@@ -310,22 +310,24 @@ void CudaBackend::prefill_chunk(CudaSequence& s, const int* tokens_dev, int T, L
                        .map_count = b.map_count,
                        .bn = moe_bn};
     check(route_tokens(ra, st), "prefill routing");
-    mark(PrefillPhase::other);
+    mark(PrefillPhase::other, "route");
     const int tiles = route_max_tiles(T, E, c.top_k, moe_bn);
     GemmArgs up;
     up.W = L.gate_up, up.group_rows = 2 * I, up.pair = L.gate_up.tiles != nullptr ? 0 : I;
     up.x = b.x16, up.xrow = b.slot_row, up.xscale = b.xscale, up.map = b.map;
     up.map_count = b.map_count, up.max_tiles = tiles, up.out = GemmOut::swiglu, up.act = b.act;
-    up.bn = moe_bn;
+    up.bn = moe_bn, up.bm = popt_.gemm_bm;
     check(prefill_gemm(up, st), "prefill experts gate/up");
+    mark(PrefillPhase::moe_gemm, "gate_up");
     GemmArgs down;
     down.W = L.down, down.group_rows = D, down.x = b.act, down.map = b.map;
     down.map_count = b.map_count, down.max_tiles = tiles, down.out = GemmOut::weighted;
     down.y = b.y, down.ldy = D, down.row_w = b.slot_w, down.bn = moe_bn;
+    down.bm = popt_.gemm_bm;
     check(prefill_gemm(down, st), "prefill experts down");
-    mark(PrefillPhase::moe_gemm);
+    mark(PrefillPhase::moe_gemm, "down");
     check(moe_combine(b.y, b.token_slot, T, K1, D, b.h, st), "prefill combine");
-    mark(PrefillPhase::other);
+    mark(PrefillPhase::other, "combine");
   }
   s.length_ += T;
   if (logits == nullptr) return;
@@ -340,29 +342,25 @@ void CudaBackend::prefill_chunk(CudaSequence& s, const int* tokens_dev, int T, L
           "lm_head");
     check(cudaMemcpyAsync(logits, logits_, V * sizeof(float), cudaMemcpyDeviceToHost, st),
           "logits");
-    mark(PrefillPhase::other);
+    mark(PrefillPhase::other, "lm_head");
     return;
   }
   for (int r0 = 0; r0 < T; r0 += PrefillBuffers::kLogitRows) {
     const int n = std::min(PrefillBuffers::kLogitRows, T - r0);
-    stage({.x = b.h + size_t(r0) * D,
-           .T = n,
-           .K = D,
-           .mode = StageMode::norm,
-           .norm = W.final_norm,
-           .eps = c.rms_eps,
-           .out = b.x16,
-           .xscale = b.xscale});
+    stage(
+        {.x = b.h + size_t(r0) * D, .T = n, .K = D, .mode = StageMode::norm, .norm = W.final_norm},
+        PrefillPhase::other, "stage");
     GemmArgs g;
     g.W = W.lm_head, g.group_rows = W.lm_head.rows, g.x = b.x16, g.xscale = b.xscale, g.n = n;
     g.out = GemmOut::store, g.y = b.lbuf, g.ldy = c.vocab, g.bn = n <= 64 ? 64 : 128;
+    g.bm = popt_.gemm_bm;
     check(prefill_gemm(g, st), "prefill lm_head");
     check(cudaMemcpyAsync(logits + size_t(r0) * V, b.lbuf, size_t(n) * V * sizeof(float),
                           cudaMemcpyDeviceToHost, st),
           "logits");
   }
   check(cudaStreamSynchronize(st), "logits");  // the piece buffer is reused
-  mark(PrefillPhase::other);
+  mark(PrefillPhase::other, "lm_head");
 }
 
 }  // namespace tern::cuda

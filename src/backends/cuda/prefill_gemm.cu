@@ -1,11 +1,11 @@
 // The prefill's 4-bit GEMM: y = x . W^T for a chunk of staged activation rows
 // (prefill_kernels.h), dense or grouped by expert, on tensor cores. Shapes: W
 // [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16 staged; a block
-// computes 128 weight rows (8 tiles of 16) by BN = 64 or 128 slots and walks K
-// a round (128 columns) at a time through a ring of shared-memory stages
-// filled by cp.async.
+// computes BM = 128 or 256 weight rows (8 or 16 tiles of 16) by BN = 64 or 128
+// slots and walks K a round (128 columns) at a time through a ring of 4
+// shared-memory stages filled by cp.async.
 //
-// Weights: each stage holds the round's 8 tile images (kernels.h's tile
+// Weights: each stage holds the round's BM / 16 tile images (kernels.h's tile
 // layout, 1,152 bytes each: lane (g, t)'s 16 bytes of codes of rows g and
 // g + 8, then the 16 rows' scale|bias words). Matrices in the tile layout are
 // copied as they are; MLX-layout matrices (shapes with no tile layout, e.g.
@@ -16,11 +16,13 @@
 // stored in the matching order and a B fragment pair is one 16-byte load.
 // No bf16/fp16 copy of a weight matrix exists outside the registers.
 //
-// Warps: 4 along the weight rows (32 rows: 2 tiles) by 2 along the slots
-// (BN / 2: BN / 16 n8-tiles), so each dequantised fragment feeds BN / 8 mmas
-// and each B fragment 2. fp32 sums; the epilogue scales by the row's staging
-// factor and stores, adds, applies SwiGLU (gate/up pairs) or the routing
-// weight.
+// Warps: 4 along the weight rows (BM / 4 rows: BM / 64 tiles) by 2 along the
+// slots (BN / 2: BN / 16 n8-tiles); per word of codes a warp loads its B
+// fragments once and runs them against each of its tiles, so each dequantised
+// fragment feeds BN / 8 mmas and each B fragment 2 BM / 64 (BM = 256 halves
+// the activation bytes per FLOP that a block pulls through L2). fp32 sums; the
+// epilogue scales by the row's staging factor and stores, adds, applies
+// SwiGLU (gate/up pairs) or the routing weight.
 #include <algorithm>
 
 #include "backends/cuda/prefill_kernels.h"
@@ -30,29 +32,41 @@ namespace tern::cuda {
 
 namespace {
 
-constexpr int kBM = 128, kTilesM = kBM / 16, kThreads = 256;
+constexpr int kThreads = 256;
 constexpr int kImg = kTileRoundBytes;      // a tile's round
 constexpr int kPiecesA = kImg / 16;        // 72 16-byte pieces a tile round
-constexpr int kABytes = kTilesM * kImg;    // 9,216
 constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
 
-template <int BN>
+template <int BM, int BN>
 struct Cfg {
-  static constexpr int kStages = BN == 128 ? 3 : 4;
+  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 4;  // tiles a block, a warp
+  static constexpr int kABytes = kTilesM * kImg;
+  static constexpr int kStages = 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
   static constexpr int kNT = BN / 16;  // n8-tiles a warp
+  static constexpr int kMinBlocks = BM == 128 && BN == 64 ? 2 : 1;
   static constexpr size_t kSmem =
-      size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + kBM * sizeof(int);
+      size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
 };
+
+// A 16-byte shared-memory load the compiler cannot narrow (a lane's code
+// chunks are 16 bytes apart: 4-byte loads of them would be 4-way conflicts).
+__device__ __forceinline__ uint4 lds128_whole(const void* p) {
+  uint4 v;
+  asm("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "r"(smem_addr(p)));
+  return v;
+}
 
 // Where a block's weight rows and slots come from (set up once a block).
 struct Block {
   int group, row0, rows, m0;
 };
 
-__device__ __forceinline__ Block block_of(const GemmArgs& a, int bn) {
+__device__ __forceinline__ Block block_of(const GemmArgs& a, int bm, int bn) {
   Block b;
-  b.m0 = int(blockIdx.x) * kBM;
+  b.m0 = int(blockIdx.x) * bm;
   if (a.map != nullptr) {
     const GemmTile t = a.map[blockIdx.y];
     b.group = t.group, b.row0 = t.row0, b.rows = t.rows;
@@ -80,62 +94,89 @@ __device__ __forceinline__ int image_row(const GemmArgs& a, const Block& b, int 
   return r < a.W.rows ? r : -1;
 }
 
-// Copies round r's weights and activations into a stage (cp.async, not
-// committed; the MLX layout's scale|bias words by plain stores).
-template <int BN>
-__device__ __forceinline__ void load_stage(const GemmArgs& a, const Block& b, uint8_t* stage, int r,
-                                           const uint16_t* const* brow, const int* arow) {
-  const int K = a.W.cols, tid = int(threadIdx.x);
-  // Weights.
-  if (a.W.tiles != nullptr) {
-    const int rounds = K / kTileRound;
-    const size_t tile0 = (size_t(b.group) * a.group_rows + b.m0) / 16;
-    for (int idx = tid; idx < kTilesM * kPiecesA; idx += kThreads) {
-      const int ts = idx / kPiecesA, p = idx % kPiecesA;
-      const bool ok = b.m0 + 16 * ts < a.group_rows;
-      const uint8_t* src = a.W.tiles + ((tile0 + ts) * rounds + r) * kImg + 16 * p;
-      cp_async16(stage + ts * kImg + 16 * p, ok ? src : a.W.tiles, ok);
+// A thread's share of every stage's copies, its addresses worked out once a
+// block (the index arithmetic per round cost more issue slots than the
+// copies, 175a7da). Tile layout: the thread's 16-byte pieces of the tile images
+// (pieces tid, tid + 256, ... of 72 a tile) advance 1,152 bytes a round; MLX
+// layout: gathered through arow (the image rows' weight rows), the scale|bias
+// words by plain stores. Activations: piece u = tid % 16 of rows tid / 16 +
+// 16 m, all of the same parity, so one swizzled offset serves every m.
+template <int BM, int BN, bool kTiled>
+struct Loader {
+  static constexpr int kTilesM = Cfg<BM, BN>::kTilesM, kABytes = Cfg<BM, BN>::kABytes;
+  // Few registers (the BM 256 x BN 128 block has none to spare): the weight
+  // pieces' addresses are recomputed each round from a base and a tile stride
+  // (a multiply by a constant's inverse, a few instructions), the activation
+  // rows' pointers read back from shared memory.
+  const uint8_t* a_base = nullptr;
+  int a_stride = 0, a_rows = 0;  // bytes a tile; tiles of the group left from m0
+  const uint16_t* const* brow;
+  int b_dst, b_col;
+
+  __device__ Loader(const GemmArgs& a, const Block& b, const uint16_t* const* brow_) : brow(brow_) {
+    const int tid = int(threadIdx.x);
+    if constexpr (kTiled) {
+      a_stride = a.W.cols / kTileRound * kImg;
+      a_base = a.W.tiles + (size_t(b.group) * a.group_rows + b.m0) / 16 * a_stride;
+      a_rows = (a.group_rows - b.m0 + 15) / 16;
     }
-  } else {
-    const int wpr = K / 8, gpr = K / kGroup;  // words, groups a row
-    for (int idx = tid; idx < kTilesM * kPiecesA; idx += kThreads) {
-      const int ts = idx / kPiecesA, p = idx % kPiecesA;
-      uint8_t* dst = stage + ts * kImg + 16 * p;
-      if (p < 64) {
-        const int i = (p % 32) / 4 + (p < 32 ? 0 : 8), t = p % 4;
-        const int R = arow[16 * ts + i];
-        const bool ok = R >= 0 && kTileRound * r + 32 * t < K;
-        const uint32_t* src = a.W.w + size_t(ok ? R : 0) * wpr + 16 * r + 4 * t;
-        cp_async16(dst, src, ok);
-      } else {
-        uint32_t v[4];
+    const int u = tid % 16, j0 = tid / 16;
+    b_dst = kABytes + j0 * kRowBytes + 16 * pf::b_piece(u, j0);
+    b_col = 8 * u;
+  }
+
+  // Round r's copies into `stage` (not committed).
+  __device__ void load(const GemmArgs& a, uint8_t* stage, int r, const int* arow) const {
+    const int K = a.W.cols;
+    if constexpr (kTiled) {
+      constexpr int kA = (kTilesM * kPiecesA + kThreads - 1) / kThreads;  // pieces a thread
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int wi = 4 * (p - 64) + j, R = arow[16 * ts + wi / 2], grp = 2 * r + wi % 2;
-          v[j] = R >= 0 && grp < gpr ? a.W.sb[size_t(R) * gpr + grp] : 0u;
+      for (int k = 0; k < kA; ++k) {
+        const int idx = int(threadIdx.x) + kThreads * k, ts = idx / kPiecesA;
+        if (kThreads * (k + 1) > kTilesM * kPiecesA && idx >= kTilesM * kPiecesA) continue;
+        // Piece p = idx - 72 ts of tile ts: 16 idx in the stage.
+        const bool ok = ts < a_rows;
+        const uint8_t* src =
+            a_base + size_t(ts) * a_stride + (r * kImg + 16 * (idx - kPiecesA * ts));
+        cp_async16(stage + 16 * idx, ok ? src : a.W.tiles, ok);
+      }
+    } else {
+      const int wpr = K / 8, gpr = K / kGroup;  // words, groups a row
+      for (int idx = int(threadIdx.x); idx < kTilesM * kPiecesA; idx += kThreads) {
+        const int ts = idx / kPiecesA, p = idx % kPiecesA;
+        uint8_t* dst = stage + ts * kImg + 16 * p;
+        if (p < 64) {
+          const int i = (p % 32) / 4 + (p < 32 ? 0 : 8), t = p % 4;
+          const int R = arow[16 * ts + i];
+          const bool ok = R >= 0 && kTileRound * r + 32 * t < K;
+          cp_async16(dst, a.W.w + size_t(ok ? R : 0) * wpr + 16 * r + 4 * t, ok);
+        } else {
+          uint32_t v[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int wi = 4 * (p - 64) + j, R = arow[16 * ts + wi / 2], grp = 2 * r + wi % 2;
+            v[j] = R >= 0 && grp < gpr ? a.W.sb[size_t(R) * gpr + grp] : 0u;
+          }
+          *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
         }
-        *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
       }
     }
-  }
-  // Activations: thread tid copies piece u = tid % 16 of rows tid / 16 + 16 m.
-  uint8_t* bs = stage + kABytes;
-  const int u = tid % 16, col = kTileRound * r + 8 * u;
+    const int col = kTileRound * r + b_col;
 #pragma unroll
-  for (int m = 0; m < BN / 16; ++m) {
-    const int j = tid / 16 + 16 * m;
-    const uint16_t* row = brow[j];
-    const bool ok = row != nullptr && col < K;
-    cp_async16(bs + j * kRowBytes + 16 * pf::b_piece(u, j), ok ? row + col : a.x, ok);
+    for (int m = 0; m < BN / 16; ++m) {
+      const uint16_t* row = brow[int(threadIdx.x) / 16 + 16 * m];
+      const bool ok = row != nullptr && (kTiled || col < K);  // tiles: K % 128 == 0
+      cp_async16(stage + b_dst + m * 16 * kRowBytes, ok ? row + col : a.x, ok);
+    }
   }
-}
+};
 
-template <int BN, GemmOut OUT>
-__global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) gemm_kernel(GemmArgs a) {
-  using C = Cfg<BN>;
+template <int BM, int BN, GemmOut OUT, bool kTiled>
+__global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kernel(GemmArgs a) {
+  using C = Cfg<BM, BN>;
   extern __shared__ __align__(16) uint8_t smem[];
   if (a.map_count != nullptr && int(blockIdx.y) >= *a.map_count) return;
-  const Block b = block_of(a, BN);
+  const Block b = block_of(a, BM, BN);
   const uint16_t** brow = reinterpret_cast<const uint16_t**>(smem + C::kStages * C::kStage);
   float* bscale = reinterpret_cast<float*>(brow + BN);
   int* arow = reinterpret_cast<int*>(bscale + BN);
@@ -150,69 +191,65 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) gemm_kernel(GemmAr
     }
     brow[j] = row, bscale[j] = sc;
   }
-  if (a.W.tiles == nullptr)
-    for (int i = tid; i < kBM; i += kThreads) arow[i] = image_row(a, b, i / 16, i % 16);
+  if (!kTiled)
+    for (int i = tid; i < BM; i += kThreads) arow[i] = image_row(a, b, i / 16, i % 16);
   __syncthreads();
+  const Loader<BM, BN, kTiled> ld(a, b, brow);
 
   const int rounds = (K + kTileRound - 1) / kTileRound;
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < rounds) load_stage<BN>(a, b, smem + s * C::kStage, s, brow, arow);
+    if (s < rounds) ld.load(a, smem + s * C::kStage, s, arow);
     cp_async_commit();
   }
 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int wm = warp & 3, wn = warp >> 2;
-  float acc[2][C::kNT][4] = {};
+  float acc[C::kTPW][C::kNT][4] = {};
   for (int r = 0; r < rounds; ++r) {
     cp_async_wait<C::kStages - 2>();
     __syncthreads();
     {
       const int next = r + C::kStages - 1;
-      if (next < rounds)
-        load_stage<BN>(a, b, smem + (next % C::kStages) * C::kStage, next, brow, arow);
+      if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, next, arow);
       cp_async_commit();
     }
     const uint8_t* st = smem + (r % C::kStages) * C::kStage;
-    uint4 q[2][2];
-    __half2 s[2][2], bb[2][2];
-#pragma unroll
-    for (int ts = 0; ts < 2; ++ts) {
-      const uint8_t* img = st + (2 * wm + ts) * kImg;
-      q[ts][0] = pf::lds128(img + 16 * lane);
-      q[ts][1] = pf::lds128(img + 512 + 16 * lane);
-      const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
-      pf::scale_bias_h2(sbw[2 * g + t / 2], s[ts][0], bb[ts][0]);
-      pf::scale_bias_h2(sbw[2 * (g + 8) + t / 2], s[ts][1], bb[ts][1]);
-    }
-    const uint8_t* bs = st + kABytes + (wn * (BN / 2) + g) * kRowBytes;
+    const uint8_t* imgs = st + wm * C::kTPW * kImg;  // the warp's tiles
+    const uint8_t* bs = st + C::kABytes + (wn * (BN / 2) + g) * kRowBytes;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      uint32_t w[2][2][4];  // [tile][row g, g + 8][pair]
-#pragma unroll
-      for (int ts = 0; ts < 2; ++ts)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          pf::dequant8(pf::word(q[ts][h], i), s[ts][h], bb[ts][h], w[ts][h]);
       const int piece = pf::b_piece(4 * t + i, g);  // rows wn BN/2 + 8 j + g: parity of g
+      uint4 x[C::kNT];
 #pragma unroll
-      for (int j = 0; j < C::kNT; ++j) {
-        const uint4 x = pf::lds128(bs + j * 8 * kRowBytes + 16 * piece);
+      for (int j = 0; j < C::kNT; ++j) x[j] = pf::lds128(bs + j * 8 * kRowBytes + 16 * piece);
 #pragma unroll
-        for (int ts = 0; ts < 2; ++ts) {
-          pf::mma_f16(acc[ts][j], w[ts][0][0], w[ts][1][0], w[ts][0][1], w[ts][1][1], x.x, x.y);
-          pf::mma_f16(acc[ts][j], w[ts][0][2], w[ts][1][2], w[ts][0][3], w[ts][1][3], x.z, x.w);
+      for (int ts = 0; ts < C::kTPW; ++ts) {
+        const uint8_t* img = imgs + ts * kImg;
+        // Scale and bias again for each word (registers are what bounds the
+        // block: 16 more per thread spilled at BM 256, BN 128).
+        const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
+        __half2 s0, b0, s8, b8;
+        pf::scale_bias_h2(sbw[2 * g + t / 2], s0, b0);
+        pf::scale_bias_h2(sbw[2 * (g + 8) + t / 2], s8, b8);
+        uint32_t w0[4], w8[4];  // rows g and g + 8: pairs of word i
+        pf::dequant8(pf::word(lds128_whole(img + 16 * lane), i), s0, b0, w0);
+        pf::dequant8(pf::word(lds128_whole(img + 512 + 16 * lane), i), s8, b8, w8);
+#pragma unroll
+        for (int j = 0; j < C::kNT; ++j) {
+          pf::mma_f16(acc[ts][j], w0[0], w8[0], w0[1], w8[1], x[j].x, x[j].y);
+          pf::mma_f16(acc[ts][j], w0[2], w8[2], w0[3], w8[3], x[j].z, x[j].w);
         }
       }
     }
   }
   cp_async_wait<0>();
 
-  // Epilogue: acc[ts][j][c] is weight row m0 + 32 wm + 16 ts + g (+8 for c >= 2)
+  // Epilogue: acc[ts][j][c] is weight row m0 + BM/4 wm + 16 ts + g (+8 for c >= 2)
   // of slot row0 + wn BN/2 + 8 j + 2 t (+1 for odd c).
 #pragma unroll
-  for (int ts = 0; ts < 2; ++ts) {
-    const int m = b.m0 + 32 * wm + 16 * ts + g;
+  for (int ts = 0; ts < C::kTPW; ++ts) {
+    const int m16 = b.m0 + (BM / 4) * wm + 16 * ts, m = m16 + g;
 #pragma unroll
     for (int j = 0; j < C::kNT; ++j)
 #pragma unroll
@@ -222,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) gemm_kernel(GemmAr
         const int slot = b.row0 + jj;
         const float sc = bscale[jj], v0 = acc[ts][j][e] * sc, v8 = acc[ts][j][2 + e] * sc;
         if constexpr (OUT == GemmOut::swiglu) {
-          const int f = (b.m0 + 32 * wm + 16 * ts) / 2 + g, I = a.group_rows / 2;
+          const int f = m16 / 2 + g, I = a.group_rows / 2;
           if (f < I) {
             const float y = fminf(fmaxf(siluf(v0) * v8, -65504.0f), 65504.0f);
             a.act[size_t(slot) * I + staged_col(f)] = __half_as_ushort(__float2half_rn(y));
@@ -247,13 +284,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) gemm_kernel(GemmAr
   }
 }
 
-template <int BN, GemmOut OUT>
+template <int BM, int BN, GemmOut OUT, bool kTiled>
 cudaError_t launch(const GemmArgs& a, cudaStream_t st) {
-  using C = Cfg<BN>;
-  const dim3 grid((a.group_rows + kBM - 1) / kBM,
+  using C = Cfg<BM, BN>;
+  const dim3 grid((a.group_rows + BM - 1) / BM,
                   a.map != nullptr ? a.max_tiles : (a.n + BN - 1) / BN);
   if (grid.y == 0) return cudaSuccess;
-  auto* k = gemm_kernel<BN, OUT>;
+  auto* k = gemm_kernel<BM, BN, OUT, kTiled>;
   if (cudaError_t e =
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
       e != cudaSuccess)
@@ -262,19 +299,26 @@ cudaError_t launch(const GemmArgs& a, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-template <int BN>
+template <int BM, int BN, bool kTiled>
 cudaError_t launch_out(const GemmArgs& a, cudaStream_t st) {
   switch (a.out) {
     case GemmOut::store:
-      return launch<BN, GemmOut::store>(a, st);
+      return launch<BM, BN, GemmOut::store, kTiled>(a, st);
     case GemmOut::add:
-      return launch<BN, GemmOut::add>(a, st);
+      return launch<BM, BN, GemmOut::add, kTiled>(a, st);
     case GemmOut::swiglu:
-      return launch<BN, GemmOut::swiglu>(a, st);
+      return launch<BM, BN, GemmOut::swiglu, kTiled>(a, st);
     case GemmOut::weighted:
-      return launch<BN, GemmOut::weighted>(a, st);
+      return launch<BM, BN, GemmOut::weighted, kTiled>(a, st);
   }
   return cudaErrorInvalidValue;
+}
+
+template <bool kTiled>
+cudaError_t launch_shape(const GemmArgs& a, cudaStream_t st) {
+  if (a.bm == 256)
+    return a.bn == 64 ? launch_out<256, 64, kTiled>(a, st) : launch_out<256, 128, kTiled>(a, st);
+  return a.bn == 64 ? launch_out<128, 64, kTiled>(a, st) : launch_out<128, 128, kTiled>(a, st);
 }
 
 }  // namespace
@@ -295,7 +339,8 @@ cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st) {
   if (a.out != GemmOut::swiglu && a.y == nullptr) return cudaErrorInvalidValue;
   if (a.out == GemmOut::weighted && a.row_w == nullptr) return cudaErrorInvalidValue;
   if (a.map == nullptr && a.n <= 0) return cudaSuccess;
-  return a.bn == 64 ? launch_out<64>(a, st) : launch_out<128>(a, st);
+  if ((a.bm != 128 && a.bm != 256) || (a.bn != 64 && a.bn != 128)) return cudaErrorInvalidValue;
+  return a.W.tiles != nullptr ? launch_shape<true>(a, st) : launch_shape<false>(a, st);
 }
 
 }  // namespace tern::cuda

@@ -55,7 +55,7 @@ cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaSt
 // --- The 4-bit GEMM (prefill_gemm.cu) ---------------------------------------
 // y = x . W^T on tensor cores (mma m16n8k16, fp16 operands, fp32 sums): the
 // weights dequantised to fp16 in registers from either layout (tile or MLX,
-// kernels.h), 128 weight rows by `BN` staged rows a block. The weight rows are
+// kernels.h), `bm` weight rows by `bn` staged rows a block. The weight rows are
 // split into groups of `group_rows` (the experts of a stack; the whole matrix
 // for a dense GEMM); a block's rows come from a tile map (grouped) or are
 // rows n * BN.. of the only group (dense).
@@ -88,6 +88,7 @@ struct GemmArgs {
   uint16_t* act = nullptr;       // swiglu: [slots][group_rows / 2] staged fp16 (no row scale)
   const float* row_w = nullptr;  // weighted: per slot
   int bn = 128;                  // 64 or 128 staged rows a block
+  int bm = 256;                  // 128 or 256 weight rows a block
 };
 cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st);
 // Whether prefill_gemm takes W (4-bit, columns a multiple of 64; either layout).
