@@ -30,8 +30,9 @@ fi
     echo "== 256K prompt"; timeout 40 $B --prefill 262144 --repeat 1 2>&1 | tail -3
   fi
   if has variants; then
-    for v in "--moe-bn 64" "--moe-bn 128" "--dense-bn 64" "--dense-bn 128" \
-      "--gdn-chunked-from 1000000000" "--prefill-chunk 4096"; do
+    # VARIANTS: ';'-separated option sets, each timed at VARIANT_LENGTHS.
+    IFS=';' read -ra vs <<<"${VARIANTS:---gemm-bm 128;--moe-bn 128;--dense-bn 64;--prefill-chunk 16384;--gdn-chunked-from 1000000000}"
+    for v in "${vs[@]}"; do
       echo "== $v"; timeout 18 $B --prefill ${VARIANT_LENGTHS:-512,4096,32768} --repeat 2 $v 2>&1 |
         awk '$1 ~ /^[0-9]+$/'
     done
@@ -46,8 +47,8 @@ if has decode; then
   echo "decode exit $?"
 fi
 if has sass; then
-  # Instruction mix of the dense GEMM kernel (BN 128, store).
-  cuobjdump -sass $T 2>/dev/null | awk '/Function : .*gemm_kernelILi128ELNS0_7GemmOutE0/ {on=1; next}
+  # Instruction mix of the dense GEMM kernel (tile layout, BM 256, BN 128, store).
+  cuobjdump -sass $T 2>/dev/null | awk '/Function : .*gemm_kernelILi256ELi128ELNS0_7GemmOutE0ELb1/ {on=1; next}
     /Function :/ {on=0} on && /\/\*[0-9a-f]+\*\// {for (i = 1; i <= NF; i++) if ($i ~ /^[A-Z][A-Z0-9.]+$/) {split($i, p, "."); n[p[1]]++; break}}
     END {for (k in n) print n[k], k}' | sort -rn | head -25 >$OUT/sass-mix.txt
 fi
@@ -55,6 +56,6 @@ echo "== measured errors"; grep '\[measured\]' $OUT/tests.log 2>/dev/null | cut 
 echo "== sass"; tr '\n' ' ' <$OUT/sass-mix.txt 2>/dev/null; echo
 echo "== variants"; cut -c1-120 $OUT/variants.log
 echo "== decode"; grep -E '^ +[0-9]+ ' $OUT/decode.log 2>/dev/null
-echo "== prefill"; grep -E '^ +[0-9]+ |split|bf16 matrix' $OUT/prefill.log 2>/dev/null | cut -c1-220
+echo "== prefill"; grep -E '^ +[0-9]+ |split|by kernel|bf16 matrix' $OUT/prefill.log 2>/dev/null | cut -c1-330
 echo "== tests: $(grep -E '^\[  (PASSED|FAILED)  \]|tests ran' $OUT/tests.log | tr '\n' ' ')"
 grep -E '^\[  FAILED  \]' $OUT/tests.log | head -20
