@@ -16,29 +16,29 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv,noheader
 B="$T bench --dummy 35b-a3b --backend cuda --rev $REV"
 if has tests; then
-  (cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-180} $PWD/$BIN/test_cuda --gtest_brief=1 \
+  (cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-150} $PWD/$BIN/test_cuda --gtest_brief=1 \
     --gtest_filter="${FILTER:-*}") >$OUT/tests.log 2>&1
   echo "tests exit $?"
 fi
 if has sweep; then
-  timeout ${SWEEP_S:-150} $B --prefill ${PREFILL:-256,512,1024,2048,4096,8192,16384,32768,65536,131072} \
+  timeout ${SWEEP_S:-120} $B --prefill ${PREFILL:-256,512,1024,2048,4096,8192,16384,32768,65536,131072} \
     --repeat ${REPEAT:-3} --split --json $OUT/prefill.json --plot $OUT/prefill.svg >$OUT/prefill.log 2>&1
   echo "sweep exit $?"
 fi
 {
   if has long; then
-    echo "== 256K prompt"; timeout 40 $B --prefill 262144 --repeat 1 2>&1 | tail -3
+    echo "== 256K prompt"; timeout 55 $B --prefill 262144 --repeat 1 2>&1 | tail -3
   fi
   if has variants; then
     # VARIANTS: ';'-separated option sets, each timed at VARIANT_LENGTHS.
     IFS=';' read -ra vs <<<"${VARIANTS:---gemm-bm 128;--moe-bn 128;--dense-bn 64;--prefill-chunk 16384;--gdn-chunked-from 1000000000}"
     for v in "${vs[@]}"; do
-      echo "== $v"; timeout 18 $B --prefill ${VARIANT_LENGTHS:-512,4096,32768} --repeat 2 $v 2>&1 |
+      echo "== $v"; timeout 15 $B --prefill ${VARIANT_LENGTHS:-512,4096,32768} --repeat 2 $v 2>&1 |
         awk '$1 ~ /^[0-9]+$/'
     done
     echo "== GDN scan vs chunked at short lengths"
     for v in "--gdn-chunked-from 1000000000" "--gdn-chunked-from 1"; do
-      echo "-- $v"; timeout 15 $B --prefill 16,32,64,128,256 --repeat 3 $v 2>&1 | awk '$1 ~ /^[0-9]+$/'
+      echo "-- $v"; timeout 10 $B --prefill 16,32,64,128,256 --repeat 3 $v 2>&1 | awk '$1 ~ /^[0-9]+$/'
     done
   fi
 } >$OUT/variants.log 2>&1
