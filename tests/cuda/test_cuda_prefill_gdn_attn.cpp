@@ -43,7 +43,7 @@ TEST_P(PrefillGdnPrep, MatchesTheCpu) {
   const auto [Hk, Hv, T] = GetParam();
   constexpr int Kc = 4;
   std::mt19937 g(uint32_t(Hk + 7 * T));
-  const int C = 2 * Hk * kD + Hv * kD, ld = C + Hv * kD + 2 * Hv + 5;
+  const int C = 2 * Hk * kD + Hv * kD, ld = C + Hv * kD + 2 * Hv + 4;  // rows 16-byte aligned
   const auto proj = randn(size_t(T) * ld, g), w = randn(size_t(C) * Kc, g, 0.5f);
   auto state = randn(size_t(Kc - 1) * C, g);
   const auto a_log = randn(size_t(Hv), g, 0.5f), dt = randn(size_t(Hv), g);

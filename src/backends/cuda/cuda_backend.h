@@ -56,10 +56,12 @@ class CudaSequence : public Sequence {
 struct PrefillOptions {
   int chunk = 8192;
   int step_below = 2;
-  int chunked_from = 64;  // GDN: the chunked (WY) form from this many tokens a chunk, else the scan
-  int moe_bn = 0;         // grouped GEMM slots a tile, 64 or 128; 0: by rows per expert
-  int dense_bn = 0;       // dense GEMM slots a tile, 64 or 128; 0: by the chunk's tokens
-  int gemm_bm = 256;      // GEMM weight rows a tile, 128 or 256
+  // GDN: the chunked (WY) form from this many tokens a chunk, else the scan (equal at 128,
+  // the scan 2-3% faster below, the chunked form faster above: bench/results, b21e7b3).
+  int chunked_from = 128;
+  int moe_bn = 0;     // grouped GEMM slots a tile, 64 or 128; 0: by rows per expert
+  int dense_bn = 0;   // dense GEMM slots a tile, 64 or 128; 0: by the chunk's tokens
+  int gemm_bm = 256;  // GEMM weight rows a tile, 128 or 256
 };
 // Seconds per prefill phase (tern bench --prefill's split), accumulated while
 // set: CUDA events between the phases' launches.

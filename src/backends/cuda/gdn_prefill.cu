@@ -206,7 +206,9 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(DeltaArgs a) {
 
 cudaError_t gdn_prep(const GdnPrepArgs& a, cudaStream_t st) {
   const int C = 2 * a.k_heads * kD + a.v_heads * kD;
-  if (C % (8 * 16) != 0 || a.kernel < 1 || a.kernel > kMaxKernel) return cudaErrorInvalidValue;
+  // Rows are read 16 bytes at a time: ld a multiple of 4 floats.
+  if (C % (8 * 16) != 0 || a.ld % 4 != 0 || a.kernel < 1 || a.kernel > kMaxKernel)
+    return cudaErrorInvalidValue;
   if (a.T <= 0) return cudaSuccess;
   const dim3 grid((a.T + kPrepTokens - 1) / kPrepTokens, (C / 8 + kPrepThreads - 1) / kPrepThreads);
   prep_kernel<<<grid, kPrepThreads, 0, st>>>(a);
