@@ -1,5 +1,5 @@
-// tern bench (decode part): for each context length, fill the context (untimed,
-// synthetic KV cache and state: the prefill kernels are a later issue), then
+// tern bench (decode part; --prefill is bench_prefill.cpp): for each context
+// length, fill the context (untimed, synthetic KV cache and state), then
 // time decode steps (greedy, or the GPU sampler with --sample); report the
 // median over repeats of tok/s and ms/token, bytes moved per token, achieved
 // GB/s and the fraction of the roofline floor (bytes / device-to-device copy
@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "backends/cuda/step_kernels.h"
+#include "cli/bench_prefill.h"
 #include "cli/commands.h"
 #include "cli/plot.h"
 #include "core/error.h"
@@ -36,9 +37,15 @@ struct BenchOptions {
   bool sample = false;
   std::vector<std::string> leave_out;
   std::string command;
+  // --prefill (bench_prefill.cpp): lengths, and whether --decode was given too.
+  std::string prefill;
+  bool decode_given = false, split = false;
+  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0,
+      gemm_bm = 0;  // 0: the backend's default
 };
 
-[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s) {
+[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s,
+                                                    const char* option = "--decode") {
   std::vector<int64_t> v;
   std::stringstream ss(s);
   std::string item;
@@ -48,10 +55,11 @@ struct BenchOptions {
       if (n <= 0) throw std::invalid_argument("");
       v.push_back(n);
     } catch (const std::exception&) {
-      fail("--decode: '{}' is not a positive context length", item);
+      fail("{}: '{}' is not a positive {} length", option, item,
+           std::string(option) == "--prefill" ? "prompt" : "context");
     }
   }
-  if (v.empty()) fail("--decode needs at least one context length");
+  if (v.empty()) fail("{} needs at least one length", option);
   return v;
 }
 
@@ -78,6 +86,28 @@ void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& 
 }
 #endif
 
+// Where --plot's prefill plot goes: the path itself, or beside the decode
+// plot (NAME-prefill.svg) when both run.
+[[maybe_unused]] std::string prefill_plot_path(const std::string& plot, bool with_decode) {
+  if (plot.empty() || !with_decode) return plot;
+  const size_t dot = plot.rfind('.');
+  return plot.substr(0, dot) + "-prefill" + plot.substr(dot);
+}
+
+// The JSON of a --prefill run without decode.
+[[maybe_unused]] int write_prefill_json(const BenchOptions& o, const nlohmann::json& prefill) {
+  if (o.json.empty()) return 0;
+  nlohmann::json j = {{"command", o.command},
+                      {"git_revision", o.rev},
+                      {"backend", "cuda"},
+                      {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy}};
+  j.update(prefill);
+  std::ofstream f(o.json);
+  if (!f) fail("cannot write {}", o.json);
+  f << j.dump(2) << "\n";
+  return 0;
+}
+
 int run_bench(const BenchOptions& o) {
   cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
 #ifndef TERN_HAVE_CUDA
@@ -86,7 +116,11 @@ int run_bench(const BenchOptions& o) {
   if (o.backend != "cuda") fail("tern bench: only --backend cuda is supported");
   if (o.model.empty() == o.dummy.empty())
     fail("tern bench: give exactly one of --model and --dummy");
-  const std::vector<int64_t> lengths = parse_lengths(o.decode);  // before the weights are made
+  // Before the weights are made: --prefill alone runs no decode sweep.
+  const bool decode = o.prefill.empty() || o.decode_given;
+  const std::vector<int64_t> lengths = decode ? parse_lengths(o.decode) : std::vector<int64_t>{};
+  const std::vector<int64_t> prompts =
+      o.prefill.empty() ? std::vector<int64_t>{} : parse_lengths(o.prefill, "--prefill");
   std::unique_ptr<cuda::CudaBackend> be;
   if (!o.dummy.empty()) {
     ModelConfig cfg = parse_config(preset_config(o.dummy), "preset " + o.dummy);
@@ -95,6 +129,20 @@ int run_bench(const BenchOptions& o) {
     be = std::make_unique<cuda::CudaBackend>(load_model(o.model, WeightMode::q4));
   }
   be->leave_out({o.leave_out.begin(), o.leave_out.end()});
+  cuda::PrefillOptions po;
+  if (o.prefill_chunk > 0) po.chunk = o.prefill_chunk;
+  if (o.chunked_from > 0) po.chunked_from = o.chunked_from;
+  po.moe_bn = o.moe_bn, po.dense_bn = o.dense_bn;
+  if (o.gemm_bm > 0) po.gemm_bm = o.gemm_bm;
+  be->set_prefill_options(po);
+  nlohmann::json prefill_json;
+  if (!prompts.empty())
+    prefill_json = run_prefill_bench(*be, {.lengths = prompts,
+                                           .repeat = o.repeat,
+                                           .seed = o.seed,
+                                           .split = o.split,
+                                           .plot = prefill_plot_path(o.plot, decode)});
+  if (!decode) return write_prefill_json(o, prefill_json);
   const ModelConfig& c = be->config();
   const double copy_bw = cuda::copy_bandwidth();
   auto seq = be->new_sequence();
@@ -176,6 +224,7 @@ int run_bench(const BenchOptions& o) {
                       {"weights_on_device_bytes", be->weights().total_bytes()},
                       {"device_memory_used_bytes", mem},
                       {"decode", rows}};
+  if (!prefill_json.is_null()) j.update(prefill_json);
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     if (!f) fail("cannot write {}", o.json);
@@ -186,10 +235,31 @@ int run_bench(const BenchOptions& o) {
 #endif
 }
 
+// tern bench --prefill's options (bench_prefill.cpp runs the sweep).
+void add_prefill_options(CLI::App* cmd, BenchOptions& o) {
+  cmd->add_option("--prefill", o.prefill,
+                  "Comma-separated prompt lengths: time prompt processing to the last token's "
+                  "logits (alone, or with --decode)");
+  cmd->add_flag("--split", o.split,
+                "With --prefill: one more run per length timing each phase (MoE GEMMs, dense "
+                "GEMMs, GDN, attention, the rest) next to its FLOP floor");
+  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Most tokens a prefill chunk")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gdn-chunked-from", o.chunked_from,
+                  "Chunk length from which GDN runs the chunked (WY) form, not the scan")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--moe-bn", o.moe_bn, "Grouped MoE GEMM tile: 64, 128 (0: auto)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--dense-bn", o.dense_bn, "Dense GEMM tile: 64, 128 (0: auto)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--gemm-bm", o.gemm_bm, "GEMM weight rows a tile: 128, 256")
+      ->check(CLI::IsMember({128, 256}));
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Decode speed by context length (CUDA)");
+  auto* cmd = app.add_subcommand("bench", "Decode and prefill speed by length (CUDA)");
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("--model", o->model, "Checkpoint folder");
   cmd->add_option("--dummy", o->dummy,
@@ -224,7 +294,9 @@ Runner add_bench(CLI::App& app) {
                               fmt::join(cuda::step_kernel_names(), ", ")))
       ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
+  add_prefill_options(cmd, *o);
   return [o, cmd] {
+    o->decode_given = cmd->count("--decode") > 0;
     o->command = "tern bench";
     for (const auto& s : cmd->remaining(true)) o->command += " " + s;
     for (const CLI::Option* opt : cmd->get_options())

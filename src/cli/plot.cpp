@@ -132,7 +132,8 @@ std::string context_label(double c) {
   return c >= 1024 ? std::to_string(int(c / 1024)) + "K" : std::to_string(int(c));
 }
 
-void draw(Canvas& cv, std::span<const PlotPoint> pts) {
+void draw(Canvas& cv, std::span<const PlotPoint> pts, const std::string& title,
+          const std::string& xlabel) {
   const double L = 70, R = 20, T = 30, B = 50;
   double top = 0;
   for (const PlotPoint& p : pts) top = std::max({top, p.tok_s, p.floor_tok_s});
@@ -161,9 +162,8 @@ void draw(Canvas& cv, std::span<const PlotPoint> pts) {
   };
   cv.polyline(curve(&PlotPoint::floor_tok_s), gray, 2, true);
   cv.polyline(curve(&PlotPoint::tok_s), blue, 2, false);
-  cv.text(L + 10, T + 4, "decode tok/s (blue) vs bandwidth floor (gray), by context",
-          Anchor::start);
-  cv.text((kWidth + L) / 2, kHeight - 10, "context length", Anchor::middle);
+  cv.text(L + 10, T + 4, title, Anchor::start);
+  cv.text((kWidth + L) / 2, kHeight - 10, xlabel, Anchor::middle);
 }
 
 }  // namespace
@@ -177,7 +177,10 @@ PlotFormat plot_format(const std::string& path) {
   fail("plot file '{}' must end in .svg or .png", path);
 }
 
-void write_decode_plot(const std::string& path, std::span<const PlotPoint> points) {
+namespace {
+
+void write_plot(const std::string& path, std::span<const PlotPoint> points,
+                const std::string& title, const std::string& xlabel) {
   const PlotFormat format = plot_format(path);
   if (points.empty()) fail("--plot: no results to plot");
   for (const PlotPoint& p : points)
@@ -188,8 +191,20 @@ void write_decode_plot(const std::string& path, std::span<const PlotPoint> point
     cv = std::make_unique<SvgCanvas>();
   else
     cv = std::make_unique<PngCanvas>();
-  draw(*cv, points);
+  draw(*cv, points, title, xlabel);
   cv->save(path);
+}
+
+}  // namespace
+
+void write_decode_plot(const std::string& path, std::span<const PlotPoint> points) {
+  write_plot(path, points, "decode tok/s (blue) vs bandwidth floor (gray), by context",
+             "context length");
+}
+
+void write_prefill_plot(const std::string& path, std::span<const PlotPoint> points) {
+  write_plot(path, points, "prefill tok/s (blue) vs FLOP floor at the measured bf16 rate (gray)",
+             "prompt length");
 }
 
 }  // namespace tern::cli

@@ -19,5 +19,7 @@ PlotFormat plot_format(const std::string& path);
 
 // Writes the plot of `points` (at least one, by increasing context) to path.
 void write_decode_plot(const std::string& path, std::span<const PlotPoint> points);
+// The same for prefill: tok/s and the FLOP floor against prompt length.
+void write_prefill_plot(const std::string& path, std::span<const PlotPoint> points);
 
 }  // namespace tern::cli

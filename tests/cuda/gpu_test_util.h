@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
 #include "model/dummy.h"
 #include "model/quant.h"
 #include "model/weights.h"
@@ -148,6 +150,20 @@ inline std::shared_ptr<const ModelWeights> dummy_weights(const std::string& pres
   auto& w = loaded[preset];
   if (!w) w = load_model(dummy_dir(preset), WeightMode::q4);
   return w;
+}
+
+// n greedy tokens after `prompt` by forward() alone (the reference the CUDA
+// generate() is held to).
+inline std::vector<int32_t> greedy_by_forward(Backend& be, std::span<const int32_t> prompt, int n) {
+  std::vector<int32_t> ids;
+  auto s = be.new_sequence();
+  std::vector<float> logits;
+  be.forward(*s, prompt, Logits::last, logits);
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(argmax(logits));
+    be.forward(*s, std::span(&ids.back(), 1), Logits::last, logits);
+  }
+  return ids;
 }
 
 inline std::shared_ptr<const ModelWeights> tiny_dummy_weights() {

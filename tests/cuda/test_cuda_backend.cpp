@@ -59,16 +59,7 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
   constexpr int kN = 256;
-  std::vector<int32_t> want;
-  {
-    auto s = cpu.new_sequence();
-    std::vector<float> logits;
-    cpu.forward(*s, prompt, Logits::last, logits);
-    for (int i = 0; i < kN; ++i) {
-      want.push_back(argmax(logits));
-      cpu.forward(*s, std::span(&want.back(), 1), Logits::last, logits);
-    }
-  }
+  const std::vector<int32_t> want = greedy_by_forward(cpu, prompt, kN);
   auto s = gpu.new_sequence();
   std::vector<float> logits;
   gpu.forward(*s, prompt, Logits::last, logits);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/prefill_buffers.h"
 #include "backends/cuda/step_kernels.h"
 #include "core/error.h"
 
@@ -321,15 +322,14 @@ void CudaBackend::run_step(CudaSequence& s, bool sampled) {
 
 void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                           std::vector<float>& logits) {
-  auto& s = dynamic_cast<CudaSequence&>(seq);
+  prefill(seq, tokens, which, logits);
+}
+
+// The decode step graph token by token (calls of fewer than step_below tokens).
+void CudaBackend::forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
+                                std::vector<float>& logits) {
   const ModelConfig& c = w_->cfg;
   const int64_t T = int64_t(tokens.size());
-  if (T == 0) fail("forward needs at least one token");
-  if (s.length() + T > c.max_positions)
-    fail("sequence of {} tokens exceeds the model's {} positions", s.length() + T, c.max_positions);
-  for (int32_t id : tokens)
-    if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
-  logits.resize(which == Logits::none ? 0 : size_t(which == Logits::all ? T : 1) * size_t(c.vocab));
   // The arg-max step advances the draw counter: kept aside for the completion.
   check(cudaMemcpyAsync(s.ints + kSavedStep, s.ints + kStep, sizeof(int), cudaMemcpyDeviceToDevice,
                         stream_),

@@ -4,11 +4,14 @@
 // (arg-max, or the sampler with its parameters and token counts on the
 // device), which writes the next token into the next step's input, so
 // generation needs no host round trip but the streamed copy of each id.
-// Prefill runs the same step token by token (prefill kernels are a later issue).
+// Prompts run chunk by chunk through the prefill kernels (prefill.cpp,
+// prefill_kernels.h): every weight read once a chunk, on tensor cores.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -46,6 +49,30 @@ class CudaSequence : public Sequence {
   friend class CudaBackend;
 };
 
+// How forward() runs a prompt (prefill.cpp). Calls of fewer than step_below
+// tokens run the decode step graph token by token; longer ones run in chunks
+// of at most `chunk` tokens, whose temporaries are allocated once for the
+// largest chunk and reused.
+struct PrefillOptions {
+  int chunk = 8192;
+  int step_below = 2;
+  // GDN: the chunked (WY) form from this many tokens a chunk, else the scan (equal at 128,
+  // the scan 2-3% faster below, the chunked form faster above: bench/results, b21e7b3).
+  int chunked_from = 128;
+  int moe_bn = 0;     // grouped GEMM slots a tile, 64 or 128; 0: by rows per expert
+  int dense_bn = 0;   // dense GEMM slots a tile, 64 or 128; 0: by the chunk's tokens
+  int gemm_bm = 256;  // GEMM weight rows a tile, 128 or 256
+};
+// Seconds per prefill phase (tern bench --prefill's split), accumulated while
+// set: CUDA events between the phases' launches.
+enum class PrefillPhase { moe_gemm, dense_gemm, gdn, attention, other, count };
+inline const char* const kPrefillPhaseNames[] = {"moe_gemm", "dense_gemm", "gdn", "attention",
+                                                 "other"};
+struct PrefillProfile {
+  double seconds[int(PrefillPhase::count)] = {};
+  std::map<std::string, double> kernels;  // the same time by launch (in_proj, delta, ...)
+};
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<const ModelWeights> w);
@@ -55,6 +82,17 @@ class CudaBackend : public Backend {
   std::unique_ptr<Sequence> new_sequence() override;
   void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                std::vector<float>& logits) override;
+  // forward() with cuts: the chunks also end after every position in `cuts`
+  // (counted from the sequence's start, ascending), and at_cut(position) runs
+  // there (the server saves the state: save(seq)). Logits as forward().
+  void prefill(Sequence& seq, std::span<const int32_t> tokens, Logits which,
+               std::vector<float>& logits, std::span<const int64_t> cuts = {},
+               const std::function<void(int64_t)>& at_cut = {});
+  void set_prefill_options(const PrefillOptions& o);
+  const PrefillOptions& prefill_options() const { return popt_; }
+  int64_t prefill_chunk() const override { return popt_.chunk; }
+  // Times the phases of the prefills that follow into *p (nullptr: off).
+  void set_prefill_profile(PrefillProfile* p) { profile_ = p; }
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cuda"; }
 
@@ -98,6 +136,16 @@ class CudaBackend : public Backend {
   std::set<std::string> left_out_;
 
   void init();
+  struct PrefillBuffers;
+  // Tokens [0, T) of tokens_dev through the model at the sequence's end;
+  // the logits `which` asks for into host memory (the last row's, or all T).
+  void run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logits which, float* logits);
+  void forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
+                     std::vector<float>& logits);
+  PrefillBuffers& prefill_buffers(int T);
+  PrefillOptions popt_;
+  PrefillProfile* profile_ = nullptr;
+  std::unique_ptr<PrefillBuffers> pf_;
   // Copies every GDN layer's recurrent and conv state from `from` to `to`.
   void copy_state(const std::vector<float*>& from_S, const std::vector<float*>& from_conv,
                   const std::vector<float*>& to_S, const std::vector<float*>& to_conv);
@@ -126,6 +174,9 @@ class CudaBackend : public Backend {
 namespace tern::cuda {
 // Device-to-device copy bandwidth (read + write counted), bytes/s.
 double copy_bandwidth();
+// The bf16 matrix rate (an 8192^3 cuBLAS GEMM, cuBLAS loaded at run time),
+// FLOP/s; 0 without cuBLAS (matrix_rate.cpp).
+double bf16_matrix_rate();
 // Device memory in use (bytes), all processes.
 size_t device_memory_used();
 // Seconds per replay of a graph of n empty kernels chained as the step's are.

@@ -31,6 +31,10 @@ void check_supported(const ModelConfig& c) {
     fail("CUDA backend: expert width {} != shared expert width {}", c.moe_inter, c.shared_inter);
   if (c.moe_inter % 64 != 0)
     fail("CUDA backend: expert width {} not a multiple of 64", c.moe_inter);
+  // The prefill reads the GDN in-projection's rows (C + Vd + 2 Hv floats) 16
+  // bytes at a time (gdn_prep).
+  if (c.lin_v_heads % 2 != 0)
+    fail("CUDA backend: {} GDN value heads (the prefill needs an even number)", c.lin_v_heads);
   // The GDN out-projection applies the gated RMSNorm in its tensor-core
   // staging only (gemv in gemv.cu).
   if (!gemv_tiles(DMat{.rows = c.hidden, .cols = c.lin_value_dim(), .bits = 4}))

@@ -3,24 +3,34 @@
 // random fills behind --dummy weights and synthetic contexts.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/prefill_kernels.h"
 #include "core/rng.h"
 
 namespace tern::cuda {
 
 namespace {
 
-__global__ void embed_kernel(DMat E, const int* token, float* h) {
-  pdl_launch_dependents();
-  pdl_wait();
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= E.cols) return;
-  const size_t row = size_t(*token);
+// Column i of embedding row `row`, dequantised as the CPU does (two roundings).
+__device__ __forceinline__ float embed_value(const DMat& E, size_t row, int i) {
   const int per = 32 / E.bits, G = E.cols / kGroup;
   const uint32_t word = E.w[row * size_t(E.cols / per) + i / per];
   const uint32_t q = (word >> (E.bits * (i % per))) & ((1u << E.bits) - 1);
   const uint32_t sb = E.sb[row * G + i / kGroup];
-  const float s = sb_scale(sb), b = sb_bias(sb);
-  h[i] = __fadd_rn(__fmul_rn(s, float(q)), b);
+  return __fadd_rn(__fmul_rn(sb_scale(sb), float(q)), sb_bias(sb));
+}
+
+__global__ void embed_kernel(DMat E, const int* token, float* h) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < E.cols) h[i] = embed_value(E, size_t(*token), i);
+}
+
+// Row t of h from token t (prefill): a block a row.
+__global__ void embed_rows_kernel(DMat E, const int* tokens, float* h) {
+  const size_t t = blockIdx.x, row = size_t(tokens[t]);
+  for (int i = int(threadIdx.x); i < E.cols; i += int(blockDim.x))
+    h[t * E.cols + i] = embed_value(E, row, i);
 }
 
 constexpr int kThreads = 256, kBlocks = 132;
@@ -144,6 +154,12 @@ cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st) {
 
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
   return launch_pdl(embed_kernel, dim3((E.cols + 255) / 256), dim3(256), 0, st, E, token, h);
+}
+
+cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaStream_t st) {
+  if (T <= 0) return cudaSuccess;
+  embed_rows_kernel<<<T, 256, 0, st>>>(E, tokens, h);
+  return cudaGetLastError();
 }
 
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st) {

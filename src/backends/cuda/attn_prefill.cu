@@ -1,0 +1,287 @@
+// Gated attention prefill: the token-parallel prep and causal GQA flash
+// attention for head dim 256 over the KV cache (kernels.h's chunked layout).
+//
+// attn_prep: a block a token, a warp a head, 8 dims a lane: q and k RMSNorm
+// and the partial rotate-half RoPE with decode's arithmetic and table (the
+// host's inverse frequencies, sincosf of the fp32 angle), q as fp16 [H][T][256]
+// scaled by log2(e) / 16 (scores in log2 units), k and v appended to the
+// caches in bf16.
+//
+// attn_flash: a block takes 128 rows = 128 / G tokens x the G query heads of
+// one KV head (GQA packing: every K/V tile is loaded once for the group), 8
+// warps of 16 rows; tiles of 64 keys, keys 0 .. pos0 + t for token t. The
+// cache is bf16 and holds each 16 positions' pieces in the decode lanes'
+// order, so a tile is gathered by cp.async into a landing area and converted
+// to fp16 rows in shared memory (fp16 keeps 3 more mantissa bits than bf16
+// for q and the probabilities; the bf16 keys and values convert exactly),
+// with 16-byte chunks swizzled by the row so that ldmatrix is conflict-free.
+// S = Q K^T and O += P V on mma m16n8k16 (fp16 in, fp32 sums), the online
+// softmax in fp32 with exp2; P goes from the S accumulators into A fragments
+// without shared memory. The landing of tile j + 1 overlaps tile j's math.
+#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/prefill_mma.cuh"
+
+namespace tern::cuda {
+
+namespace {
+
+constexpr int kD = kHeadDim;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__global__ void __launch_bounds__(256) prep_kernel(AttnPrepArgs a) {
+  __shared__ float cs[kD / 2], sn[kD / 2];
+  const int t = int(blockIdx.x), lane = int(threadIdx.x) & 31, pos = a.pos0 + t;
+  const int half = a.rotary / 2;
+  if (int(threadIdx.x) < half)
+    sincosf(float(pos) * a.inv_freq[threadIdx.x], &sn[threadIdx.x], &cs[threadIdx.x]);
+  __syncthreads();
+  const int H = a.heads, KV = a.kv_heads;
+  const float* row = a.qkv + size_t(t) * (2 * H + 2 * KV) * kD;
+  // Warp `head`: 0..H-1 queries, then KV keys, then KV values.
+  for (int head = int(threadIdx.x) >> 5; head < H + 2 * KV; head += int(blockDim.x) >> 5) {
+    const bool is_q = head < H, is_v = head >= H + KV;
+    const float* src =
+        is_q ? row + size_t(head) * 2 * kD : row + size_t(H) * 2 * kD + size_t(head - H) * kD;
+    const int d0 = 8 * lane;
+    float x[8], xp[8] = {};
+    const float4* s4 = reinterpret_cast<const float4*>(src + d0);
+    x[0] = s4[0].x, x[1] = s4[0].y, x[2] = s4[0].z, x[3] = s4[0].w;
+    x[4] = s4[1].x, x[5] = s4[1].y, x[6] = s4[1].z, x[7] = s4[1].w;
+    if (!is_v) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
+      const float f = rsqrtf(warp_sum(ss) * (1.0f / float(kD)) + a.eps);
+      const float* w = is_q ? a.q_norm : a.k_norm;
+      const int pair = d0 < a.rotary ? (d0 < half ? d0 + half : d0 - half) : -1;
+      if (pair >= 0) {
+        const float4* p4 = reinterpret_cast<const float4*>(src + pair);
+        xp[0] = p4[0].x, xp[1] = p4[0].y, xp[2] = p4[0].z, xp[3] = p4[0].w;
+        xp[4] = p4[1].x, xp[5] = p4[1].y, xp[6] = p4[1].z, xp[7] = p4[1].w;
+      }
+      const float sign = d0 < half ? -1.0f : 1.0f;
+      const int freq = pair >= 0 ? min(d0, pair) : 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float v = x[i] * f * w[d0 + i];
+        x[i] = pair < 0 ? v : v * cs[freq + i] + xp[i] * f * w[pair + i] * (sign * sn[freq + i]);
+      }
+    }
+    if (is_q) {
+      constexpr float qs = kLog2e / 16.0f;  // log2(e) / sqrt(256)
+      uint4 v;
+      v.x = pf::pack_f16(x[0] * qs, x[1] * qs), v.y = pf::pack_f16(x[2] * qs, x[3] * qs);
+      v.z = pf::pack_f16(x[4] * qs, x[5] * qs), v.w = pf::pack_f16(x[6] * qs, x[7] * qs);
+      reinterpret_cast<uint4*>(a.q16 + (size_t(head) * a.T + t) * kD)[lane] = v;
+    } else {
+      const int kh = is_v ? head - H - KV : head - H, o = pos % kKvChunk;
+      uint16_t* cache = is_v ? a.v_cache : a.k_cache;
+      const size_t at = (size_t(kh) * a.capacity + size_t(pos - o)) * kD +
+                        size_t(is_v ? v_piece(o, lane) : k_piece(o, lane)) * 8;
+      uint32_t p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        p[i] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+      *reinterpret_cast<uint4*>(cache + at) = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+  }
+}
+
+constexpr int kRows = 128, kKeys = 64, kWarps = 8, kThreads = kWarps * 32;
+constexpr int kRowBytes = kD * 2, kChunks = kD / 8;  // 512 bytes, 32 chunks of 16
+constexpr size_t kQBytes = size_t(kRows) * kRowBytes, kTileBytes = size_t(kKeys) * kRowBytes;
+constexpr size_t kSmem = kQBytes + 4 * kTileBytes;  // Q, K16, V16, landing K and V
+
+__device__ __forceinline__ int swz(int chunk, int row) {
+  return chunk ^ (row & 7);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// Keys kb .. kb + 63 of KV head kvh into the landing area (bf16 rows,
+// unswizzled), by cp.async; positions past the cache are zero.
+__device__ __forceinline__ void land(const FlashArgs& a, int kvh, int kb, uint8_t* lk,
+                                     uint8_t* lv) {
+  for (int i = int(threadIdx.x); i < kKeys * kChunks; i += kThreads) {
+    const int key = i / kChunks, q = i % kChunks, p = kb + key;
+    const bool ok = p < a.capacity;
+    const int pp = ok ? p : 0, o = pp % kKvChunk;
+    const size_t base = (size_t(kvh) * a.capacity + size_t(pp - o)) * kD;
+    cp_async16(lk + i * 16, a.k_cache + base + size_t(k_piece(o, q)) * 8, ok);
+    cp_async16(lv + i * 16, a.v_cache + base + size_t(v_piece(o, q)) * 8, ok);
+  }
+}
+
+// The landed bf16 tile into the fp16 tiles (exact), swizzled.
+__device__ __forceinline__ void convert(const uint8_t* lk, const uint8_t* lv, uint8_t* k16,
+                                        uint8_t* v16) {
+  for (int i = int(threadIdx.x); i < 2 * kKeys * kChunks; i += kThreads) {
+    const int which = i / (kKeys * kChunks), j = i % (kKeys * kChunks), key = j / kChunks,
+              q = j % kChunks;
+    const uint4 b = pf::lds128((which ? lv : lk) + j * 16);
+    const uint32_t w[4] = {b.x, b.y, b.z, b.w};
+    uint32_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      h[e] = pf::pack_f16(__uint_as_float(w[e] << 16), __uint_as_float(w[e] & 0xffff0000u));
+    *reinterpret_cast<uint4*>((which ? v16 : k16) + key * kRowBytes + swz(q, key) * 16) =
+        make_uint4(h[0], h[1], h[2], h[3]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t *qs = smem, *k16 = qs + kQBytes, *v16 = k16 + kTileBytes, *lk = v16 + kTileBytes,
+          *lv = lk + kTileBytes;
+  const int G = a.heads / a.kv_heads, TB = kRows / G;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x), kvh = int(blockIdx.y);  // heavy tiles first
+  const int q0 = qt * TB, tid = int(threadIdx.x);
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks, tq = q0 + r / G, h = kvh * G + r % G;
+    const bool ok = tq < a.T;
+    cp_async16(qs + r * kRowBytes + swz(c, r) * 16,
+               a.q16 + (size_t(h) * a.T + (ok ? tq : 0)) * kD + 8 * c, ok);
+  }
+  const int last_tok = min(q0 + TB, a.T) - 1, kmax = a.pos0 + last_tok;
+  const int tiles = kmax / kKeys + 1;
+  land(a, kvh, 0, lk, lv);
+  cp_async_commit();
+
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int r0 = 16 * warp;
+  // The positions of the lane's two rows (g, g + 8).
+  const int tp0 = a.pos0 + q0 + (r0 + g) / G, tp1 = a.pos0 + q0 + (r0 + g + 8) / G;
+  float o[kD / 8][4] = {};
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  for (int j = 0; j < tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile j landed; every warp is done with tile j - 1's fp16 rows
+    convert(lk, lv, k16, v16);
+    __syncthreads();
+    if (j + 1 < tiles) land(a, kvh, (j + 1) * kKeys, lk, lv);
+    cp_async_commit();
+    const int kb = j * kKeys;
+    // S = Q K^T: 16 rows x 64 keys.
+    float s[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t qa[4];
+      const int qr = r0 + (lane & 15);
+      ldsm_x4(qa, qs + qr * kRowBytes + swz(2 * kk + (lane >> 4), qr) * 16);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        uint32_t kb4[4];
+        const int key = 16 * jp + (lane & 7) + 8 * (lane >> 4);
+        ldsm_x4(kb4, k16 + key * kRowBytes + swz(2 * kk + ((lane >> 3) & 1), key) * 16);
+        pf::mma_f16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb4[0], kb4[1]);
+        pf::mma_f16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb4[2], kb4[3]);
+      }
+    }
+    // Causal mask where the tile passes the block's first position.
+    if (kb + kKeys - 1 > a.pos0 + q0) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kb + 8 * n + 2 * t + (e & 1);
+          if (key > (e < 2 ? tp0 : tp1)) s[n][e] = -INFINITY;
+        }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1])), mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFull, mx1, x));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+    const float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
+    m0 = n0, m1 = n1;
+    float p0 = 0.0f, p1 = 0.0f;
+    uint32_t pa[8][2];  // P as fp16 pairs: [n-tile][row g, row g + 8]
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float e0 = exp2f(s[n][0] - u0), e1 = exp2f(s[n][1] - u0);
+      const float e2 = exp2f(s[n][2] - u1), e3 = exp2f(s[n][3] - u1);
+      p0 += e0 + e1, p1 += e2 + e3;
+      pa[n][0] = pf::pack_f16(e0, e1), pa[n][1] = pf::pack_f16(e2, e3);
+    }
+    l0 = l0 * c0 + p0, l1 = l1 * c1 + p1;
+    // The running max rarely moves after the first tiles: rescale only when it
+    // did for one of the warp's rows.
+    if (__any_sync(kFull, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < kD / 8; ++d) o[d][0] *= c0, o[d][1] *= c0, o[d][2] *= c1, o[d][3] *= c1;
+    }
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0],
+                     a3 = pa[2 * kk + 1][1];
+      const int key = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        uint32_t vb[4];
+        ldsm_x4_t(vb, v16 + key * kRowBytes + swz(2 * dp + (lane >> 4), key) * 16);
+        pf::mma_f16(o[2 * dp], a0, a1, a2, a3, vb[0], vb[1]);
+        pf::mma_f16(o[2 * dp + 1], a0, a1, a2, a3, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1)
+    l0 += __shfl_xor_sync(kFull, l0, x), l1 += __shfl_xor_sync(kFull, l1, x);
+  const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half, tq = q0 + r / G, h = kvh * G + r % G;
+    if (tq >= a.T) continue;
+    float* dst = a.out + (size_t(tq) * a.heads + h) * kD;
+    const float inv = half ? i1 : i0;
+#pragma unroll
+    for (int d = 0; d < kD / 8; ++d)
+      *reinterpret_cast<float2*>(dst + 8 * d + 2 * t) =
+          make_float2(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
+  }
+}
+
+}  // namespace
+
+cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
+  if (a.rotary % 16 != 0 || a.rotary > kD || a.heads <= 0 || a.kv_heads <= 0)
+    return cudaErrorInvalidValue;
+  if (a.T <= 0) return cudaSuccess;
+  prep_kernel<<<a.T, 256, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t attn_flash(const FlashArgs& a, cudaStream_t st) {
+  const int G = a.heads / max(1, a.kv_heads);
+  if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || kRows % G != 0 || G > 16)
+    return cudaErrorInvalidValue;
+  if (a.T <= 0) return cudaSuccess;
+  if (cudaError_t e = cudaFuncSetAttribute(flash_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+      e != cudaSuccess)
+    return e;
+  const int TB = kRows / G;
+  flash_kernel<<<dim3((a.T + TB - 1) / TB, a.kv_heads), kThreads, kSmem, st>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace tern::cuda

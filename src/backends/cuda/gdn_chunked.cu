@@ -1,0 +1,281 @@
+// Gated DeltaNet prefill, the chunked (WY / UT) form of the delta rule
+// (MODEL.md §4.2), 64 tokens a chunk, in two kernels:
+//
+// chunk_prep, a block per (chunk, value head), every chunk at once, fp32 on
+// CUDA cores: the in-chunk cumulative log-decay gam, the Gram K K^T and
+// Q K^T (4 x 4 outputs a thread), A = beta_r (k_r . k_s) e^(gam_r - gam_s)
+// (s < r), and the forward substitution (I + A) X = [diag(beta) V |
+// diag(beta Gamma) K] with a thread per column of X keeping its 64 entries in
+// registers (no barrier in the solve; A comes by broadcast loads). It writes
+// U, W = the two halves of X, Q~ = diag(Gamma) Q, K~ = diag(e^(gam_C - gam)) K,
+// M = (Q K^T) o D (s <= r) and Gamma_C to the scratch.
+//
+// chunk_state, a block per (value head, 32 state columns), sequential over the
+// chunks, on tensor cores (mma m16n8k8 tf32, fp32 sums): per chunk
+//   V' = U - W S,   O = Q~ S + M V',   S = Gamma_C S + K~^T V'.
+// S (128 x 32) lives in the warps' accumulators for the whole call (warp w:
+// rows 16 w..), with a tf32 copy in shared memory as the operand of W S and
+// Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits, fp32
+// range); every sum is fp32.
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/prefill_kernels.h"
+
+namespace tern::cuda {
+
+namespace {
+
+constexpr int kD = kGdnDim, kC = 64;
+constexpr int kPrepThreads = 256;
+// Scratch per (chunk, head): W, U, Q~, K~ [64][128], M [64][64], Gamma_C (+pad).
+constexpr size_t kW = 0, kU = kW + kC * kD, kQ = kU + kC * kD, kK = kQ + kC * kD, kM = kK + kC * kD,
+                 kG = kM + kC * kC, kPer = kG + 64;
+
+__device__ __forceinline__ float tf32(float x) {
+  uint32_t u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return __uint_as_float(u);
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3,
+                                         float b0, float b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)),
+        "r"(__float_as_uint(a3)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+
+constexpr int kKS = kD + 1;  // Gram operands: scalar loads, 16 rows apart in distinct banks
+constexpr int kAS = 68;      // A: 16-byte row loads
+struct PrepSmem {
+  float k[kC][kKS], q[kC][kKS], v[kC][kD];  // A and M reuse q once the Grams are done
+  float gam[kC], beta[kC];
+};
+
+__global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  PrepSmem& s = *reinterpret_cast<PrepSmem*>(smem);
+  const int c = int(blockIdx.x), n = int(blockIdx.y), tid = int(threadIdx.x);
+  const int Hk = a.k_heads, Hv = a.v_heads, m = n / (Hv / Hk), t0 = c * kC;
+  const int L = min(kC, a.T - t0);
+  float* out = a.scratch + (size_t(c) * Hv + n) * kPer;
+  for (int i = tid; i < kC * kD; i += kPrepThreads) {
+    const int r = i / kD, d = i % kD;
+    const bool ok = r < L;
+    s.k[r][d] = ok ? a.k[(size_t(t0 + r) * Hk + m) * kD + d] : 0.0f;
+    s.q[r][d] = ok ? a.q[(size_t(t0 + r) * Hk + m) * kD + d] : 0.0f;
+    s.v[r][d] = ok ? a.v[(size_t(t0 + r) * Hv + n) * kD + d] : 0.0f;
+  }
+  if (tid < 32) {  // gam: an inclusive scan, two tokens a lane (padding: g = 0, beta = 0)
+    const int r = 2 * tid;
+    const float g0 = r < L ? a.g[size_t(t0 + r) * Hv + n] : 0.0f;
+    const float g1 = r + 1 < L ? a.g[size_t(t0 + r + 1) * Hv + n] : 0.0f;
+    float x = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(kFull, x, o);
+      if (tid >= o) x += y;
+    }
+    s.gam[r] = x - g1, s.gam[r + 1] = x;
+    s.beta[r] = r < L ? a.beta[size_t(t0 + r) * Hv + n] : 0.0f;
+    s.beta[r + 1] = r + 1 < L ? a.beta[size_t(t0 + r + 1) * Hv + n] : 0.0f;
+  }
+  __syncthreads();
+  // Grams: thread (tr, ts) has rows tr + 16 i, columns ts + 16 j.
+  const int tr = tid / 16, ts = tid % 16;
+  float kk[4][4] = {}, qk[4][4] = {};
+  for (int d = 0; d < kD; ++d) {
+    float kr[4], qr[4], ks[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      kr[i] = s.k[tr + 16 * i][d], qr[i] = s.q[tr + 16 * i][d], ks[i] = s.k[ts + 16 * i][d];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        kk[i][j] = fmaf(kr[i], ks[j], kk[i][j]), qk[i][j] = fmaf(qr[i], ks[j], qk[i][j]);
+  }
+  // Q~ and K~ out while q is still there.
+  const float gl = s.gam[kC - 1];
+  for (int i = tid; i < kC * kD; i += kPrepThreads) {
+    const int r = i / kD, d = i % kD;
+    out[kQ + i] = tf32(expf(s.gam[r]) * s.q[r][d]);
+    out[kK + i] = tf32(expf(gl - s.gam[r]) * s.k[r][d]);
+  }
+  if (tid == 0) out[kG] = expf(gl);
+  __syncthreads();
+  float* A = &s.q[0][0];  // [kC][kAS]
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = tr + 16 * i, q = ts + 16 * j;
+      // Masked before the exponent: e^(gam_r - gam_s) only for s <= r.
+      const float dec = q <= r ? expf(s.gam[r] - s.gam[q]) : 0.0f;
+      A[r * kAS + q] = q < r ? s.beta[r] * kk[i][j] * dec : 0.0f;
+      out[kM + r * kC + q] = tf32(qk[i][j] * dec);
+    }
+  __syncthreads();
+  // Forward substitution, thread j a column of X = [U | W].
+  const int j = tid;
+  float x[kC];
+#pragma unroll
+  for (int r = 0; r < kC; ++r) {
+    float b = j < kD ? s.beta[r] * s.v[r][j] : s.beta[r] * expf(s.gam[r]) * s.k[r][j - kD];
+    const float4* ar = reinterpret_cast<const float4*>(A + r * kAS);
+#pragma unroll
+    for (int q4 = 0; q4 < r / 4 + 1; ++q4) {
+      const float4 av = ar[q4];
+      const float al[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q4 + e < r) b = fmaf(-al[e], x[4 * q4 + e], b);
+    }
+    x[r] = b;
+    if (j < kD)
+      out[kU + r * kD + j] = b;
+    else
+      out[kW + r * kD + j - kD] = tf32(b);
+  }
+}
+
+// chunk_state's shared memory (floats), rows padded so the fragment loads of
+// each operand fall in distinct banks.
+constexpr int kCols = 32, kWS = kD + 4, kKT = kD + 8, kMS = kC + 4, kVS = kCols + 8;
+constexpr int kSmW = 0, kSmQ = kSmW + kC * kWS, kSmK = kSmQ + kC * kWS, kSmM = kSmK + kC * kKT,
+              kSmU = kSmM + kC * kMS, kSmV = kSmU + kC * kCols, kSmS = kSmV + kC * kVS,
+              kSmTotal = kSmS + kD * kVS;
+constexpr int kStateThreads = 256;
+
+// Rows of `cols` floats (a multiple of 4) from src (row stride ld) to dst
+// (stride dst_ld), by cp.async.
+__device__ __forceinline__ void copy_rows(float* dst, int dst_ld, const float* src, int ld,
+                                          int rows, int cols) {
+  const int per = cols / 4;
+  for (int i = int(threadIdx.x); i < rows * per; i += kStateThreads) {
+    const int r = i / per, p = i % per;
+    cp_async16(dst + r * dst_ld + 4 * p, src + size_t(r) * ld + 4 * p);
+  }
+}
+
+// acc[q] += A (16 rows from row0) . B (column tiles cb + q, 8 columns each)
+// over K = 8 KSTEPS: A row-major with stride lda (or, kTransA, stored
+// transposed: element (r, k) at A[k lda + r]), B k-major with stride ldb.
+template <int KSTEPS, int NQ, bool kTransA = false>
+__device__ __forceinline__ void tile_mma(float (&acc)[NQ][4], const float* A, int lda, int row0,
+                                         const float* B, int ldb, int cb) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  auto at = [&](int r, int k) { return kTransA ? A[k * lda + r] : A[r * lda + k]; };
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    const int r = row0 + g, k = 8 * kk + t;
+    const float a0 = at(r, k), a1 = at(r + 8, k), a2 = at(r, k + 4), a3 = at(r + 8, k + 4);
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+      const float* br = B + k * ldb + 8 * (cb + q) + g;
+      mma_tf32(acc[q], a0, a1, a2, a3, br[0], br[4 * ldb]);
+    }
+  }
+}
+
+// Calls f(row, column, value) for each accumulator of tiles cb.. of rows row0..
+template <int NQ, typename F>
+__device__ __forceinline__ void each_acc(float (&acc)[NQ][4], int row0, int cb, F&& f) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int q = 0; q < NQ; ++q)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      f(row0 + g + (e >= 2 ? 8 : 0), 8 * (cb + q) + 2 * t + (e & 1), acc[q][e]);
+}
+
+__global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs a) {
+  extern __shared__ __align__(16) float sm[];
+  float *Ws = sm + kSmW, *Qs = sm + kSmQ, *Ks = sm + kSmK, *Ms = sm + kSmM, *Us = sm + kSmU,
+        *Vp = sm + kSmV, *Ss = sm + kSmS;
+  const int n = int(blockIdx.x) / (kD / kCols), c0 = int(blockIdx.x) % (kD / kCols) * kCols;
+  const int Hv = a.v_heads, chunks = (a.T + kC - 1) / kC, w = int(threadIdx.x) >> 5;
+  auto chunk = [&](int c) { return a.scratch + (size_t(c) * Hv + n) * kPer; };
+  auto load_wu = [&](int c) {
+    copy_rows(Ws, kWS, chunk(c) + kW, kD, kC, kD);
+    copy_rows(Us, kCols, chunk(c) + kU + c0, kD, kC, kCols);
+  };
+  auto load_qkm = [&](int c) {
+    copy_rows(Qs, kWS, chunk(c) + kQ, kD, kC, kD);
+    copy_rows(Ks, kKT, chunk(c) + kK, kD, kC, kD);
+    copy_rows(Ms, kMS, chunk(c) + kM, kC, kC, kC);
+  };
+  load_wu(0);
+  load_qkm(0);
+  cp_async_commit();
+  // The state: warp w's rows 16 w.. by all 32 columns (4 tiles), in registers.
+  float* Sg = a.S + size_t(n) * kD * kD + c0;
+  float st[4][4];
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) {
+    v = Sg[size_t(r) * kD + col];
+    Ss[r * kVS + col] = tf32(v);
+  });
+  cp_async_wait<0>();
+  __syncthreads();
+  const int mt = 16 * (w % 4), nb = 2 * (w / 4);  // steps 1 and 2: token rows mt.., tiles nb, nb+1
+  for (int c = 0; c < chunks; ++c) {
+    const int L = min(kC, a.T - c * kC);
+    const float gc = chunk(c)[kG];
+    // 1. V' = U - W S.
+    float acc[2][4] = {};
+    tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
+    each_acc(acc, mt, nb,
+             [&](int r, int col, float& v) { Vp[r * kVS + col] = tf32(Us[r * kCols + col] - v); });
+    __syncthreads();
+    if (c + 1 < chunks) load_wu(c + 1);
+    cp_async_commit();
+    // 2. O = Q~ S + M V'.
+    float o[2][4] = {};
+    tile_mma<kD / 8>(o, Qs, kWS, mt, Ss, kVS, nb);
+    tile_mma<kC / 8>(o, Ms, kMS, mt, Vp, kVS, nb);
+    each_acc(o, mt, nb, [&](int r, int col, float& v) {
+      if (r < L) a.o[(size_t(c * kC + r) * Hv + n) * kD + c0 + col] = v;
+    });
+    // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
+    each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
+    tile_mma<kC / 8, 4, true>(st, Ks, kKT, 16 * w, Vp, kVS, 0);
+    __syncthreads();  // every read of Ss, Qs, Ks, Ms and Vp is done
+    each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
+    if (c + 1 < chunks) load_qkm(c + 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
+}
+
+}  // namespace
+
+size_t delta_scratch_floats(int T, int v_heads) {
+  return size_t((T + kC - 1) / kC) * size_t(v_heads) * kPer;
+}
+
+cudaError_t gdn_delta_chunked(const DeltaArgs& a, cudaStream_t st) {
+  if (a.k_heads <= 0 || a.v_heads % a.k_heads != 0 || a.scratch == nullptr)
+    return cudaErrorInvalidValue;
+  if (a.T <= 0) return cudaSuccess;
+  const int chunks = (a.T + kC - 1) / kC;
+  constexpr size_t prep_smem = sizeof(PrepSmem);
+  static_assert(kC * kAS <= kC * kKS, "A fits where q was");
+  if (cudaError_t e = cudaFuncSetAttribute(
+          chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem));
+      e != cudaSuccess)
+    return e;
+  chunk_prep_kernel<<<dim3(chunks, a.v_heads), kPrepThreads, prep_smem, st>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  constexpr size_t state_smem = sizeof(float) * kSmTotal;
+  if (cudaError_t e = cudaFuncSetAttribute(
+          chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(state_smem));
+      e != cudaSuccess)
+    return e;
+  chunk_state_kernel<<<a.v_heads*(kD / kCols), kStateThreads, state_smem, st>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,43 @@
+// The prefill's device temporaries (prefill.cpp), sized for the largest chunk
+// so far and reused by every chunk and call: peak memory grows with the KV
+// cache only. Shapes for a chunk of T tokens, A = T (top_k + 1) MoE slots.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/prefill_kernels.h"
+
+namespace tern::cuda {
+
+struct CudaBackend::PrefillBuffers {
+  int T = 0;                // tokens a chunk they hold
+  int tile_cap = 0;         // MoE tile-map entries
+  std::vector<void*> ptrs;  // everything, freed at the end
+  float* h = nullptr;       // [T][D] residual stream
+  uint16_t* x16 = nullptr;  // [T][max K] staged GEMM input
+  float* xscale = nullptr;  // [T]
+  float* a32 = nullptr;     // [T][D] the router's input
+  float* proj = nullptr;    // [T][max(GDN in rows, attention qkv rows)]
+  float *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr, *g = nullptr;
+  float* o = nullptr;        // [T][max(Hv 128, H 256)] delta rule / attention output
+  float* delta = nullptr;    // chunked delta rule scratch
+  uint16_t* q16 = nullptr;   // [H][T][256]
+  float* rlogits = nullptr;  // [T][E + 1]
+  int *counts = nullptr, *offsets = nullptr, *cursor = nullptr, *ids = nullptr;
+  float* wts = nullptr;
+  int *slot_row = nullptr, *token_slot = nullptr, *map_count = nullptr;
+  float* slot_w = nullptr;
+  GemmTile* map = nullptr;
+  uint16_t* act = nullptr;  // [A][I] staged SwiGLU output
+  float* y = nullptr;       // [A][D] expert outputs by slot
+  float* lbuf = nullptr;    // [kLogitRows][V] all-token logits, a piece at a time
+  int* tokens = nullptr;    // [capacity] the call's tokens
+  int64_t token_cap = 0;
+
+  static constexpr int kLogitRows = 256;
+  ~PrefillBuffers();
+};
+
+}  // namespace tern::cuda

@@ -1,0 +1,346 @@
+// The prefill's 4-bit GEMM: y = x . W^T for a chunk of staged activation rows
+// (prefill_kernels.h), dense or grouped by expert, on tensor cores. Shapes: W
+// [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16 staged; a block
+// computes BM = 128 or 256 weight rows (8 or 16 tiles of 16) by BN = 64 or 128
+// slots and walks K a round (128 columns) at a time through a ring of 4
+// shared-memory stages filled by cp.async.
+//
+// Weights: each stage holds the round's BM / 16 tile images (kernels.h's tile
+// layout, 1,152 bytes each: lane (g, t)'s 16 bytes of codes of rows g and
+// g + 8, then the 16 rows' scale|bias words). Matrices in the tile layout are
+// copied as they are; MLX-layout matrices (shapes with no tile layout, e.g.
+// K % 128 == 64) are gathered into the same image, so one compute path serves
+// both. Lane (g, t) turns word i of its codes into 4 fp16 pairs of s q + b
+// (pf::dequant8: 13 instructions for 8 weights), which are the A fragments of
+// two k16 steps; the contraction is order-free, so the staged activation is
+// stored in the matching order and a B fragment pair is one 16-byte load.
+// No bf16/fp16 copy of a weight matrix exists outside the registers.
+//
+// Warps: 4 along the weight rows (BM / 4 rows: BM / 64 tiles) by 2 along the
+// slots (BN / 2: BN / 16 n8-tiles); per word of codes a warp loads its B
+// fragments once and runs them against each of its tiles, so each dequantised
+// fragment feeds BN / 8 mmas and each B fragment 2 BM / 64 (BM = 256 halves
+// the activation bytes per FLOP that a block pulls through L2). fp32 sums; the
+// epilogue scales by the row's staging factor and stores, adds, applies
+// SwiGLU (gate/up pairs) or the routing weight.
+#include <algorithm>
+
+#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/prefill_mma.cuh"
+
+namespace tern::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kImg = kTileRoundBytes;      // a tile's round
+constexpr int kPiecesA = kImg / 16;        // 72 16-byte pieces a tile round
+constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
+
+template <int BM, int BN>
+struct Cfg {
+  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 4;  // tiles a block, a warp
+  static constexpr int kABytes = kTilesM * kImg;
+  static constexpr int kStages = 4;
+  static constexpr int kStage = kABytes + BN * kRowBytes;
+  static constexpr int kNT = BN / 16;  // n8-tiles a warp
+  static constexpr int kMinBlocks = BM == 128 && BN == 64 ? 2 : 1;
+  static constexpr size_t kSmem =
+      size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
+};
+
+// A 16-byte shared-memory load the compiler cannot narrow (a lane's code
+// chunks are 16 bytes apart: 4-byte loads of them would be 4-way conflicts).
+__device__ __forceinline__ uint4 lds128_whole(const void* p) {
+  uint4 v;
+  asm("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "r"(smem_addr(p)));
+  return v;
+}
+
+// Where a block's weight rows and slots come from (set up once a block).
+struct Block {
+  int group, row0, rows, m0;
+};
+
+__device__ __forceinline__ Block block_of(const GemmArgs& a, int bm, int bn) {
+  Block b;
+  b.m0 = int(blockIdx.x) * bm;
+  if (a.map != nullptr) {
+    const GemmTile t = a.map[blockIdx.y];
+    b.group = t.group, b.row0 = t.row0, b.rows = t.rows;
+  } else {
+    b.group = 0, b.row0 = int(blockIdx.y) * bn, b.rows = min(bn, a.n - b.row0);
+  }
+  return b;
+}
+
+// The weight row of image row i (0..15) of tile slot `ts` in the group, or -1
+// (zero row): gate/up pairs in the MLX layout take rows 0-7 from the gate half
+// and 8-15 from the up half.
+__device__ __forceinline__ int image_row(const GemmArgs& a, const Block& b, int ts, int i) {
+  const int local = b.m0 + 16 * ts;
+  int r;
+  if (a.pair > 0) {
+    const int f = local / 2 + (i & 7);
+    if (f >= a.pair) return -1;
+    r = (i < 8 ? 0 : a.pair) + f;
+  } else {
+    r = local + i;
+    if (r >= a.group_rows) return -1;
+  }
+  r += b.group * a.group_rows;
+  return r < a.W.rows ? r : -1;
+}
+
+// A thread's share of every stage's copies, its addresses worked out once a
+// block (the index arithmetic per round cost more issue slots than the
+// copies, 175a7da). Tile layout: the thread's 16-byte pieces of the tile images
+// (pieces tid, tid + 256, ... of 72 a tile) advance 1,152 bytes a round; MLX
+// layout: gathered through arow (the image rows' weight rows), the scale|bias
+// words by plain stores. Activations: piece u = tid % 16 of rows tid / 16 +
+// 16 m, all of the same parity, so one swizzled offset serves every m.
+template <int BM, int BN, bool kTiled>
+struct Loader {
+  static constexpr int kTilesM = Cfg<BM, BN>::kTilesM, kABytes = Cfg<BM, BN>::kABytes;
+  // Few registers (the BM 256 x BN 128 block has none to spare): the weight
+  // pieces' addresses are recomputed each round from a base and a tile stride
+  // (a multiply by a constant's inverse, a few instructions), the activation
+  // rows' pointers read back from shared memory.
+  const uint8_t* a_base = nullptr;
+  int a_stride = 0, a_rows = 0;  // bytes a tile; tiles of the group left from m0
+  const uint16_t* const* brow;
+  int b_dst, b_col;
+
+  __device__ Loader(const GemmArgs& a, const Block& b, const uint16_t* const* brow_) : brow(brow_) {
+    const int tid = int(threadIdx.x);
+    if constexpr (kTiled) {
+      a_stride = a.W.cols / kTileRound * kImg;
+      a_base = a.W.tiles + (size_t(b.group) * a.group_rows + b.m0) / 16 * a_stride;
+      a_rows = (a.group_rows - b.m0 + 15) / 16;
+    }
+    const int u = tid % 16, j0 = tid / 16;
+    b_dst = kABytes + j0 * kRowBytes + 16 * pf::b_piece(u, j0);
+    b_col = 8 * u;
+  }
+
+  // Round r's copies into `stage` (not committed).
+  __device__ void load(const GemmArgs& a, uint8_t* stage, int r, const int* arow) const {
+    const int K = a.W.cols;
+    if constexpr (kTiled) {
+      constexpr int kA = (kTilesM * kPiecesA + kThreads - 1) / kThreads;  // pieces a thread
+#pragma unroll
+      for (int k = 0; k < kA; ++k) {
+        const int idx = int(threadIdx.x) + kThreads * k, ts = idx / kPiecesA;
+        if (kThreads * (k + 1) > kTilesM * kPiecesA && idx >= kTilesM * kPiecesA) continue;
+        // Piece p = idx - 72 ts of tile ts: 16 idx in the stage.
+        const bool ok = ts < a_rows;
+        const uint8_t* src =
+            a_base + size_t(ts) * a_stride + (r * kImg + 16 * (idx - kPiecesA * ts));
+        cp_async16(stage + 16 * idx, ok ? src : a.W.tiles, ok);
+      }
+    } else {
+      const int wpr = K / 8, gpr = K / kGroup;  // words, groups a row
+      for (int idx = int(threadIdx.x); idx < kTilesM * kPiecesA; idx += kThreads) {
+        const int ts = idx / kPiecesA, p = idx % kPiecesA;
+        uint8_t* dst = stage + ts * kImg + 16 * p;
+        if (p < 64) {
+          const int i = (p % 32) / 4 + (p < 32 ? 0 : 8), t = p % 4;
+          const int R = arow[16 * ts + i];
+          const bool ok = R >= 0 && kTileRound * r + 32 * t < K;
+          cp_async16(dst, a.W.w + size_t(ok ? R : 0) * wpr + 16 * r + 4 * t, ok);
+        } else {
+          uint32_t v[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int wi = 4 * (p - 64) + j, R = arow[16 * ts + wi / 2], grp = 2 * r + wi % 2;
+            v[j] = R >= 0 && grp < gpr ? a.W.sb[size_t(R) * gpr + grp] : 0u;
+          }
+          *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+      }
+    }
+    const int col = kTileRound * r + b_col;
+#pragma unroll
+    for (int m = 0; m < BN / 16; ++m) {
+      const uint16_t* row = brow[int(threadIdx.x) / 16 + 16 * m];
+      const bool ok = row != nullptr && (kTiled || col < K);  // tiles: K % 128 == 0
+      cp_async16(stage + b_dst + m * 16 * kRowBytes, ok ? row + col : a.x, ok);
+    }
+  }
+};
+
+template <int BM, int BN, GemmOut OUT, bool kTiled>
+__global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kernel(GemmArgs a) {
+  using C = Cfg<BM, BN>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  if (a.map_count != nullptr && int(blockIdx.y) >= *a.map_count) return;
+  const Block b = block_of(a, BM, BN);
+  const uint16_t** brow = reinterpret_cast<const uint16_t**>(smem + C::kStages * C::kStage);
+  float* bscale = reinterpret_cast<float*>(brow + BN);
+  int* arow = reinterpret_cast<int*>(bscale + BN);
+  const int tid = int(threadIdx.x), K = a.W.cols;
+  for (int j = tid; j < BN; j += kThreads) {
+    const uint16_t* row = nullptr;
+    float sc = 1.0f;
+    if (j < b.rows) {
+      const int slot = b.row0 + j, xr = a.xrow != nullptr ? a.xrow[slot] : slot;
+      row = a.x + size_t(xr) * K;
+      if (a.xscale != nullptr) sc = a.xscale[xr];
+    }
+    brow[j] = row, bscale[j] = sc;
+  }
+  if (!kTiled)
+    for (int i = tid; i < BM; i += kThreads) arow[i] = image_row(a, b, i / 16, i % 16);
+  __syncthreads();
+  const Loader<BM, BN, kTiled> ld(a, b, brow);
+
+  const int rounds = (K + kTileRound - 1) / kTileRound;
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < rounds) ld.load(a, smem + s * C::kStage, s, arow);
+    cp_async_commit();
+  }
+
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int wm = warp & 3, wn = warp >> 2;
+  float acc[C::kTPW][C::kNT][4] = {};
+  for (int r = 0; r < rounds; ++r) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    {
+      const int next = r + C::kStages - 1;
+      if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, next, arow);
+      cp_async_commit();
+    }
+    const uint8_t* st = smem + (r % C::kStages) * C::kStage;
+    const uint8_t* imgs = st + wm * C::kTPW * kImg;  // the warp's tiles
+    const uint8_t* bs = st + C::kABytes + (wn * (BN / 2) + g) * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int piece = pf::b_piece(4 * t + i, g);  // rows wn BN/2 + 8 j + g: parity of g
+      uint4 x[C::kNT];
+#pragma unroll
+      for (int j = 0; j < C::kNT; ++j) x[j] = pf::lds128(bs + j * 8 * kRowBytes + 16 * piece);
+#pragma unroll
+      for (int ts = 0; ts < C::kTPW; ++ts) {
+        const uint8_t* img = imgs + ts * kImg;
+        // Scale and bias again for each word (registers are what bounds the
+        // block: 16 more per thread spilled at BM 256, BN 128).
+        const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
+        __half2 s0, b0, s8, b8;
+        pf::scale_bias_h2(sbw[2 * g + t / 2], s0, b0);
+        pf::scale_bias_h2(sbw[2 * (g + 8) + t / 2], s8, b8);
+        uint32_t w0[4], w8[4];  // rows g and g + 8: pairs of word i
+        pf::dequant8(pf::word(lds128_whole(img + 16 * lane), i), s0, b0, w0);
+        pf::dequant8(pf::word(lds128_whole(img + 512 + 16 * lane), i), s8, b8, w8);
+#pragma unroll
+        for (int j = 0; j < C::kNT; ++j) {
+          pf::mma_f16(acc[ts][j], w0[0], w8[0], w0[1], w8[1], x[j].x, x[j].y);
+          pf::mma_f16(acc[ts][j], w0[2], w8[2], w0[3], w8[3], x[j].z, x[j].w);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: acc[ts][j][c] is weight row m0 + BM/4 wm + 16 ts + g (+8 for c >= 2)
+  // of slot row0 + wn BN/2 + 8 j + 2 t (+1 for odd c).
+#pragma unroll
+  for (int ts = 0; ts < C::kTPW; ++ts) {
+    const int m16 = b.m0 + (BM / 4) * wm + 16 * ts, m = m16 + g;
+#pragma unroll
+    for (int j = 0; j < C::kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int jj = wn * (BN / 2) + 8 * j + 2 * t + e;
+        if (jj >= b.rows) continue;
+        const int slot = b.row0 + jj;
+        const float sc = bscale[jj], v0 = acc[ts][j][e] * sc, v8 = acc[ts][j][2 + e] * sc;
+        if constexpr (OUT == GemmOut::swiglu) {
+          const int f = m16 / 2 + g, I = a.group_rows / 2;
+          if (f < I) {
+            const float y = fminf(fmaxf(siluf(v0) * v8, -65504.0f), 65504.0f);
+            a.act[size_t(slot) * I + staged_col(f)] = __half_as_ushort(__float2half_rn(y));
+          }
+        } else {
+          const float wgt = OUT == GemmOut::weighted ? a.row_w[slot] : 1.0f;
+          float* y = a.y + size_t(slot) * a.ldy;
+          if (m < a.group_rows) {
+            if constexpr (OUT == GemmOut::add)
+              y[m] += v0;
+            else
+              y[m] = v0 * wgt;
+          }
+          if (m + 8 < a.group_rows) {
+            if constexpr (OUT == GemmOut::add)
+              y[m + 8] += v8;
+            else
+              y[m + 8] = v8 * wgt;
+          }
+        }
+      }
+  }
+}
+
+template <int BM, int BN, GemmOut OUT, bool kTiled>
+cudaError_t launch(const GemmArgs& a, cudaStream_t st) {
+  using C = Cfg<BM, BN>;
+  const dim3 grid((a.group_rows + BM - 1) / BM,
+                  a.map != nullptr ? a.max_tiles : (a.n + BN - 1) / BN);
+  if (grid.y == 0) return cudaSuccess;
+  auto* k = gemm_kernel<BM, BN, OUT, kTiled>;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
+      e != cudaSuccess)
+    return e;
+  k<<<grid, kThreads, C::kSmem, st>>>(a);
+  return cudaGetLastError();
+}
+
+template <int BM, int BN, bool kTiled>
+cudaError_t launch_out(const GemmArgs& a, cudaStream_t st) {
+  switch (a.out) {
+    case GemmOut::store:
+      return launch<BM, BN, GemmOut::store, kTiled>(a, st);
+    case GemmOut::add:
+      return launch<BM, BN, GemmOut::add, kTiled>(a, st);
+    case GemmOut::swiglu:
+      return launch<BM, BN, GemmOut::swiglu, kTiled>(a, st);
+    case GemmOut::weighted:
+      return launch<BM, BN, GemmOut::weighted, kTiled>(a, st);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <bool kTiled>
+cudaError_t launch_shape(const GemmArgs& a, cudaStream_t st) {
+  if (a.bm == 256)
+    return a.bn == 64 ? launch_out<256, 64, kTiled>(a, st) : launch_out<256, 128, kTiled>(a, st);
+  return a.bn == 64 ? launch_out<128, 64, kTiled>(a, st) : launch_out<128, 128, kTiled>(a, st);
+}
+
+}  // namespace
+
+bool prefill_gemm_takes(const DMat& W) {
+  const bool tiles = W.tiles != nullptr && tileable(W);
+  const bool mlx = W.tiles == nullptr && W.w != nullptr && W.sb != nullptr;
+  return W.bits == 4 && W.cols > 0 && W.cols % kGroup == 0 && (tiles || mlx);
+}
+
+cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st) {
+  if (!prefill_gemm_takes(a.W) || a.x == nullptr || a.group_rows <= 0 ||
+      (a.map == nullptr && a.group_rows != a.W.rows) ||
+      (a.W.tiles != nullptr && a.group_rows % 16 != 0 && a.map != nullptr))
+    return cudaErrorInvalidValue;
+  if (a.out == GemmOut::swiglu && (a.act == nullptr || a.group_rows % 16 != 0))
+    return cudaErrorInvalidValue;
+  if (a.out != GemmOut::swiglu && a.y == nullptr) return cudaErrorInvalidValue;
+  if (a.out == GemmOut::weighted && a.row_w == nullptr) return cudaErrorInvalidValue;
+  if (a.map == nullptr && a.n <= 0) return cudaSuccess;
+  if ((a.bm != 128 && a.bm != 256) || (a.bn != 64 && a.bn != 128)) return cudaErrorInvalidValue;
+  return a.W.tiles != nullptr ? launch_shape<true>(a, st) : launch_shape<false>(a, st);
+}
+
+}  // namespace tern::cuda
