@@ -1,0 +1,330 @@
+// The kernels in plain C++, written so that compilers vectorise them (fixed
+// lane counts, independent accumulators). Each ISA's translation unit includes
+// this file inside its own namespace and compiles it with its own flags; the
+// portable table is these functions alone, the AVX2 one replaces gemm_q4.
+// Not a public header: include it only from a kernels_<isa>.cpp (its functions
+// have internal linkage, so each translation unit keeps its own build of them).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/fast/kernels.h"
+#include "core/bf16.h"
+#include "core/error.h"
+
+namespace {
+namespace generic {
+
+using namespace tern;
+using namespace tern::cpu::fast;
+
+constexpr int kLanes = 16;  // independent accumulators of the fp32 reductions
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+inline void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+inline void store(const OutRows& o, int64_t t, int64_t r, float v) {
+  float* y = o.y + o.ld * (o.index ? o.index[t] : t) + r;
+  if (o.scale) v *= o.scale[t];
+  *y = o.accumulate ? *y + v : v;
+}
+
+// Group scales and biases of row r as floats.
+inline void group_params(const QTensor& w, int64_t r, float* sc, float* bi) {
+  const size_t G = w.groups_per_row(), g0 = size_t(r) * G;
+  for (size_t g = 0; g < G; ++g) {
+    sc[g] = load_scalar(w.dtype, w.scales, g0 + g);
+    bi[g] = load_scalar(w.dtype, w.biases, g0 + g);
+  }
+}
+
+void quantize(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
+  const int64_t G = cols / kGroup;
+  for (int64_t g = 0; g < G; ++g) {
+    const float* xg = x + g * kGroup;
+    float amax = 0.0f, sum = 0.0f;
+    for (int i = 0; i < kGroup; ++i) amax = std::max(amax, std::fabs(xg[i]));
+    for (int i = 0; i < kGroup; ++i) sum += xg[i];
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < kGroup; ++i) q[code_offset(G, g, i)] = int8_t(std::nearbyint(xg[i] * inv));
+    d[g] = amax / 127.0f;
+    s[g] = sum;
+  }
+}
+
+// The portable 4-bit kernel: per block of rows and token, the token's codes
+// back in input order, then one row at a time.
+void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
+             const OutRows& o) {
+  constexpr int64_t kRows = 64;
+  const int64_t G = int64_t(w.groups_per_row());
+  thread_local std::vector<float> params;
+  thread_local std::vector<int8_t> codes;
+  if (params.size() < size_t(2 * G * kRows)) params.resize(size_t(2 * G * kRows));
+  if (codes.size() < size_t(w.cols)) codes.resize(size_t(w.cols));
+  for (int64_t b0 = r0; b0 < r1; b0 += kRows) {
+    const int64_t b1 = std::min(r1, b0 + kRows);
+    for (int64_t r = b0; r < b1; ++r) {
+      float* p = params.data() + 2 * G * (r - b0);
+      group_params(w, r, p, p + G);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t xr = x.index ? x.index[t] : t;
+      const int8_t* xq = x.q + xr * x.cols;
+      const float* xd = x.d + xr * G;
+      const float* xs = x.s + xr * G;
+      for (int64_t g = 0; g < G; ++g)
+        for (int i = 0; i < kGroup; ++i) codes[size_t(g * kGroup + i)] = xq[code_offset(G, g, i)];
+      for (int64_t r = b0; r < b1; ++r) {
+        const uint8_t* row = w.data + size_t(r) * w.row_bytes();
+        const float *sc = params.data() + 2 * G * (r - b0), *bi = sc + G;
+        float total = 0.0f;
+        for (int64_t g = 0; g < G; ++g) {
+          const uint8_t* wg = row + g * (kGroup / 2);
+          const int8_t* cg = codes.data() + g * kGroup;
+          int32_t acc[kLanes] = {};
+          for (int b = 0; b < kGroup / 2; b += kLanes)
+            for (int l = 0; l < kLanes; ++l)
+              acc[l] += int32_t(wg[b + l] & 15) * cg[2 * (b + l)] +
+                        int32_t(wg[b + l] >> 4) * cg[2 * (b + l) + 1];
+          int32_t isum = 0;
+          for (int l = 0; l < kLanes; ++l) isum += acc[l];
+          total += sc[g] * xd[g] * float(isum) + bi[g] * xs[g];
+        }
+        store(o, t, r, total);
+      }
+    }
+  }
+}
+
+// Row r of any matrix as floats (vectorised for 8-bit affine and bf16).
+void expand_row(const QTensor& w, int64_t r, float* out) {
+  if (w.quantized() && w.bits == 8) {
+    const uint8_t* codes = w.data + size_t(r) * w.row_bytes();
+    const int64_t G = int64_t(w.groups_per_row());
+    for (int64_t g = 0; g < G; ++g) {
+      const float s = load_scalar(w.dtype, w.scales, size_t(r * G + g));
+      const float b = load_scalar(w.dtype, w.biases, size_t(r * G + g));
+      for (int i = 0; i < w.group; ++i)
+        out[g * w.group + i] = s * float(codes[g * w.group + i]) + b;
+    }
+  } else if (!w.quantized() && w.dtype == DType::bf16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(w.data + size_t(r) * w.row_bytes());
+    for (int64_t i = 0; i < w.cols; ++i) out[i] = bf16_to_f32(h[i]);
+  } else {
+    w.dequant_row(r, out);
+  }
+}
+
+void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
+              const OutRows& o) {
+  thread_local std::vector<float> row;
+  if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    expand_row(w, r, row.data());
+    for (int64_t t = 0; t < T; ++t)
+      store(o, t, r, dot(row.data(), x.x + x.ld * (x.index ? x.index[t] : t), w.cols));
+  }
+}
+
+// C = beta C + alpha A B with A(i, k) = a[i * ars + k * acs], B(k, j) = b[k *
+// ldb + j], C(i, j) = c[i * ldc + j]: 4 x 16 register tiles.
+void gemm_nn(int M, int N, int K, float alpha, const float* a, int64_t ars, int64_t acs,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int MR = 4, NR = 16;
+  for (int i0 = 0; i0 < M; i0 += MR) {
+    const int mr = std::min(MR, M - i0);
+    for (int j0 = 0; j0 < N; j0 += NR) {
+      const int nr = std::min(NR, N - j0);
+      float acc[MR][NR] = {};
+      if (mr == MR && nr == NR) {
+        for (int k = 0; k < K; ++k) {
+          const float* bk = b + int64_t(k) * ldb + j0;
+          for (int i = 0; i < MR; ++i) {
+            const float ai = a[(i0 + i) * ars + k * acs];
+            for (int j = 0; j < NR; ++j) acc[i][j] += ai * bk[j];
+          }
+        }
+      } else {
+        for (int k = 0; k < K; ++k) {
+          const float* bk = b + int64_t(k) * ldb + j0;
+          for (int i = 0; i < mr; ++i) {
+            const float ai = a[(i0 + i) * ars + k * acs];
+            for (int j = 0; j < nr; ++j) acc[i][j] += ai * bk[j];
+          }
+        }
+      }
+      for (int i = 0; i < mr; ++i) {
+        float* ci = c + int64_t(i0 + i) * ldc + j0;
+        for (int j = 0; j < nr; ++j)
+          ci[j] = beta == 0.0f ? alpha * acc[i][j] : beta * ci[j] + alpha * acc[i][j];
+      }
+    }
+  }
+}
+
+// C = alpha A B^T (+ beta C) with A(i, k) = a[i * lda + k], B(j, k) = b[j * ldb + k]:
+// dot products over k, 2 x 4 at a time.
+void gemm_nt(int M, int N, int K, float alpha, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int MR = 2, NR = 4, V = 8;
+  for (int i0 = 0; i0 < M; i0 += MR) {
+    const int mr = std::min(MR, M - i0);
+    for (int j0 = 0; j0 < N; j0 += NR) {
+      const int nr = std::min(NR, N - j0);
+      float acc[MR][NR][V] = {};
+      int k = 0;
+      if (mr == MR && nr == NR) {
+        for (; k + V <= K; k += V)
+          for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NR; ++j)
+              for (int l = 0; l < V; ++l)
+                acc[i][j][l] += a[(i0 + i) * lda + k + l] * b[(j0 + j) * ldb + k + l];
+      }
+      for (int i = 0; i < mr; ++i)
+        for (int j = 0; j < nr; ++j) {
+          float s = 0.0f;
+          for (int l = 0; l < V; ++l) s += acc[i][j][l];
+          for (int kk = k; kk < K; ++kk) s += a[(i0 + i) * lda + kk] * b[(j0 + j) * ldb + kk];
+          float* cij = c + int64_t(i0 + i) * ldc + j0 + j;
+          *cij = beta == 0.0f ? alpha * s : beta * *cij + alpha * s;
+        }
+    }
+  }
+}
+
+// S <- alpha S; u = beta (v - S^T k); S += k u^T; o = S^T q. Each column of S
+// evolves on its own, so the columns go 32 at a time through all T tokens: a
+// 128 x 32 block (16 KB) stays in L1, and one pass per token reads and writes
+// it (the decay folded in).
+template <int NJ>
+void delta_columns(const DeltaArgs& a, int j0) {
+  const int dk = a.dk, dv = a.dv;
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float *k = a.k + t * dk, *q = a.q + t * dk, *v = a.v + t * dv + j0;
+    const float alpha = std::exp(a.g[t]), beta = a.beta[t];
+    float r[NJ] = {}, u[NJ], o[NJ] = {};
+    for (int i = 0; i < dk; ++i) {
+      const float* Si = a.S + i * dv + j0;
+      for (int j = 0; j < NJ; ++j) r[j] += Si[j] * k[i];
+    }
+    for (int j = 0; j < NJ; ++j) u[j] = beta * (v[j] - alpha * r[j]);
+    for (int i = 0; i < dk; ++i) {
+      float* Si = a.S + i * dv + j0;
+      const float ki = k[i], qi = q[i];
+      for (int j = 0; j < NJ; ++j) {
+        Si[j] = alpha * Si[j] + ki * u[j];
+        o[j] += qi * Si[j];
+      }
+    }
+    std::copy(o, o + NJ, a.o + t * dv + j0);
+  }
+}
+
+void delta_recurrent(const DeltaArgs& a) {
+  constexpr int NJ = 32;
+  int j0 = 0;
+  for (; j0 + NJ <= a.dv; j0 += NJ) delta_columns<NJ>(a, j0);
+  for (; j0 < a.dv; ++j0) delta_columns<1>(a, j0);
+}
+
+// The chunked form (MODEL.md §4.2) in 64-token chunks as small GEMMs.
+void delta_chunked(const DeltaArgs& a) {
+  constexpr int C = 64;
+  const int dk = a.dk, dv = a.dv, w = dv + dk;
+  thread_local std::vector<float> buf;
+  const size_t need = size_t(C) * (1 + C + size_t(w) + size_t(dk));
+  if (buf.size() < need) buf.resize(need);
+  float* gam = buf.data();
+  float* KK = gam + C;    // [C][C]: K K^T, then the decayed causal Q K^T
+  float* X = KK + C * C;  // [C][w]: U | W, then V' in U's place
+  float* Kd = X + C * w;  // [C][dk]
+  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
+    const int L = int(std::min<int64_t>(C, a.T - c0));
+    const float *q = a.q + c0 * dk, *k = a.k + c0 * dk, *v = a.v + c0 * dv;
+    float acc = 0.0f;
+    for (int r = 0; r < L; ++r) gam[r] = acc += a.g[c0 + r];
+    gemm_nt(L, L, dk, 1.0f, k, dk, k, dk, 0.0f, KK, C);
+    for (int r = 0; r < L; ++r) {
+      const float b = a.beta[c0 + r], bg = b * std::exp(gam[r]);
+      float* xr = X + r * w;
+      for (int j = 0; j < dv; ++j) xr[j] = b * v[r * dv + j];
+      for (int i = 0; i < dk; ++i) xr[dv + i] = bg * k[r * dk + i];
+      for (int s = 0; s < r; ++s)
+        axpy(-b * KK[r * C + s] * std::exp(gam[r] - gam[s]), X + s * w, xr, w);
+    }
+    // V' = U - W S0 (in U's columns of X).
+    gemm_nn(L, dv, dk, -1.0f, X + dv, w, 1, a.S, dv, 1.0f, X, w);
+    // O = diag(exp(gam)) Q S0 + (Q K^T * decay, causal) V'.
+    float* o = a.o + c0 * dv;
+    gemm_nn(L, dv, dk, 1.0f, q, dk, 1, a.S, dv, 0.0f, o, dv);
+    gemm_nt(L, L, dk, 1.0f, q, dk, k, dk, 0.0f, KK, C);
+    for (int r = 0; r < L; ++r) {
+      const float G = std::exp(gam[r]);
+      for (int j = 0; j < dv; ++j) o[r * dv + j] *= G;
+      for (int s = 0; s < L; ++s)
+        KK[r * C + s] = s <= r ? KK[r * C + s] * std::exp(gam[r] - gam[s]) : 0.0f;
+    }
+    gemm_nn(L, dv, L, 1.0f, KK, C, 1, X, w, 1.0f, o, dv);
+    // S = exp(gam_L) S0 + sum_r exp(gam_L - gam_r) k_r (x) V'_r.
+    const float gl = gam[L - 1], GC = std::exp(gl);
+    for (int r = 0; r < L; ++r) {
+      const float d = std::exp(gl - gam[r]);
+      for (int i = 0; i < dk; ++i) Kd[r * dk + i] = d * k[r * dk + i];
+    }
+    gemm_nn(dk, dv, L, 1.0f, Kd, 1, dk, X, w, GC, a.S, dv);
+  }
+}
+
+// Online softmax over key blocks: scores by gemm_nt per query, P V by gemm_nn.
+void attention(const AttnArgs& a) {
+  const int64_t R = a.nq * a.heads;
+  const int hd = a.hd;
+  float* S = a.scratch;  // [R][kAttnKeyBlock]
+  std::fill(a.m, a.m + R, -INFINITY);
+  std::fill(a.l, a.l + R, 0.0f);
+  std::fill(a.o, a.o + R * hd, 0.0f);
+  const int64_t last = a.pos0 + a.nq - 1;  // the last query's position
+  for (int64_t kb = a.k0; kb < a.k1 && kb <= last; kb += kAttnKeyBlock) {
+    const int nk = int(std::min<int64_t>(kAttnKeyBlock, a.k1 - kb));
+    for (int64_t i = 0; i < a.nq; ++i)
+      gemm_nt(a.heads, nk, hd, a.scale, a.q + i * a.q_ld, a.q_hs, a.k + kb * a.kv_ld, a.kv_ld, 0.0f,
+              S + i * a.heads * kAttnKeyBlock, kAttnKeyBlock);
+    for (int64_t i = 0; i < a.nq; ++i) {
+      const int64_t visible = std::clamp<int64_t>(a.pos0 + i - kb + 1, 0, nk);
+      for (int h = 0; h < a.heads; ++h) {
+        const int64_t row = i * a.heads + h;
+        float* s = S + row * kAttnKeyBlock;
+        float mx = a.m[row];
+        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < nk; ++j) sum += s[j] = j < visible ? std::exp(s[j] - mx) : 0.0f;
+        if (visible == 0) continue;
+        const float corr = std::exp(a.m[row] - mx);
+        a.l[row] = a.l[row] * corr + sum;
+        a.m[row] = mx;
+        float* o = a.o + row * hd;
+        for (int d = 0; d < hd; ++d) o[d] *= corr;
+      }
+    }
+    gemm_nn(int(R), hd, nk, 1.0f, S, kAttnKeyBlock, 1, a.v + kb * a.kv_ld, a.kv_ld, 1.0f, a.o, hd);
+  }
+}
+
+}  // namespace generic
+}  // namespace
