@@ -48,16 +48,25 @@ grep -q "prompt: 13 tokens" "$W/chat.err" && ok || bad "chat prompt length: $(ca
 expect_error "text without tokenizer" "has no tokenizer.json" "$TERN" run --model "$W/tiny" --prompt "Hello"
 expect_error "both prompts" "exactly one of" "$TERN" run --model "$W/tok" --prompt "Hello" --prompt-ids 1
 
-# score against the transformers fixture prints the agreement line.
+# score against the transformers fixture prints the agreement line: the
+# reference at its bound, the fast default at the int8 one (tests/fast_bound.h).
 python3 -c "import json,sys; json.dump(json.load(open('$GOLDEN/tokens.json'))[1], open('$W/t.json','w'))"
-"$TERN" score --model "$GOLDEN/mlx4" --tokens "$W/t.json" --out "$W/l.npy" --chunk 7 \
-  --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score"
+"$TERN" score --model "$GOLDEN/mlx4" --backend cpu-ref --tokens "$W/t.json" --out "$W/l.npy" \
+  --chunk 7 --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score"
 python3 - "$W/score" <<'PY' && ok || bad "score report"
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert set(r) == {"positions", "top1_agreement", "mean_kl", "max_abs_diff", "ppl", "ppl_reference", "ppl_ratio"}, r
 assert r["positions"] == 40 and r["top1_agreement"] == 1.0 and r["max_abs_diff"] < 1e-3, r
 assert abs(r["ppl_ratio"] - 1) < 1e-4, r
+PY
+"$TERN" score --model "$GOLDEN/mlx4" --tokens "$W/t.json" --out "$W/l.npy" --chunk 7 \
+  --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score (fast)"
+python3 - "$W/score" <<'PY' && ok || bad "score report (fast)"
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["positions"] == 40 and r["top1_agreement"] >= 0.9 and r["mean_kl"] < 0.005, r
+assert 1e-4 < r["max_abs_diff"] < 0.12 * 12.4, r  # int8 taken; 12% of the fixture's max |logit|
 PY
 
 # Bad input.
