@@ -1,11 +1,14 @@
-// tern bench (decode part): for each context length, fill the context (untimed,
-// synthetic KV cache and state: the prefill kernels are a later issue), then
-// time decode steps (greedy, or the GPU sampler with --sample); report the
-// median over repeats of tok/s and ms/token, bytes moved per token, achieved
-// GB/s and the fraction of the roofline floor (bytes / device-to-device copy
-// bandwidth measured in the same run), and the launch overhead of a graph of
-// as many empty kernels as the step has. Table on stdout, JSON and a plot (SVG
-// or PNG) on request.
+// tern bench: prompt processing (--prefill N,...: forward() of N random tokens
+// to the last token's logits, any backend) and decode (--decode L,...: greedy
+// steps after a context of L tokens) speed. Per length the median over
+// repeats of tok/s and ms/token; for decode also the bytes moved per token,
+// the achieved GB/s and the fraction of the floor (bytes / copy bandwidth
+// measured in the same run). CUDA: the context is synthetic (random KV cache
+// and state, untimed), decode may use the GPU sampler (--sample), and the run
+// reports the launch overhead of a graph of as many empty kernels as the step
+// has. CPU (cpu, cpu-ref): the context is a prefill of random tokens
+// (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
+// larger than L3. Table on stdout, JSON and a plot (SVG or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -15,10 +18,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/cpu/fast/fast_backend.h"
+#include "backends/cpu/fast/memory_bandwidth.h"
 #include "backends/cuda/step_kernels.h"
+#include "cli/bench_timing.h"
 #include "cli/commands.h"
 #include "cli/plot.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/backend.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -28,9 +35,14 @@ namespace tern::cli {
 
 namespace {
 
+#ifdef TERN_HAVE_CUDA
+constexpr const char* kDefaultBackend = "cuda";
+#else
+constexpr const char* kDefaultBackend = "cpu";
+#endif
+
 struct BenchOptions {
-  std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev,
-                            trace;
+  std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false;
@@ -38,27 +50,137 @@ struct BenchOptions {
   std::string command;
 };
 
-[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      const int64_t n = std::stoll(item);
-      if (n <= 0) throw std::invalid_argument("");
-      v.push_back(n);
-    } catch (const std::exception&) {
-      fail("--decode: '{}' is not a positive context length", item);
-    }
-  }
-  if (v.empty()) fail("--decode needs at least one context length");
-  return v;
+// The lengths asked for; decode at 256..4096 when neither flag is given.
+struct Lengths {
+  std::vector<int64_t> prefill, decode;
+};
+
+Lengths parse_bench_lengths(const BenchOptions& o) {
+  Lengths l;
+  if (!o.prefill.empty()) l.prefill = parse_lengths(o.prefill, "--prefill");
+  if (!o.decode.empty() || o.prefill.empty())
+    l.decode = parse_lengths(o.decode.empty() ? "256,512,1024,2048,4096" : o.decode, "--decode");
+  return l;
 }
 
-[[maybe_unused]] double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+const char* kDecodeHeader = "%9s %10s %9s %10s %9s %10s %8s\n";
+
+void print_decode_header() {
+  std::printf(kDecodeHeader, "context", "tok/s", "ms/tok", "MB/tok", "GB/s", "floor", "of floor");
+}
+
+// One decode row: printed, and as JSON (the CUDA and CPU benches write the
+// same keys; backends may add their own).
+nlohmann::json decode_row(int64_t L, const std::vector<double>& secs, int gen, double bytes,
+                          double copy_bw, std::vector<PlotPoint>& points) {
+  const double t = median(secs) / gen, tok_s = 1.0 / t, floor_tok_s = copy_bw / bytes;
+  std::printf("%9lld %10.2f %9.3f %10.1f %9.1f %10.2f %7.1f%%\n", (long long)L, tok_s, t * 1e3,
+              bytes / 1e6, bytes * tok_s / 1e9, floor_tok_s, 100 * tok_s / floor_tok_s);
+  std::fflush(stdout);
+  points.push_back({double(L), tok_s, floor_tok_s});
+  return {{"context", L},
+          {"tok_s", tok_s},
+          {"ms_per_token", t * 1e3},
+          {"bytes_per_token", bytes},
+          {"gb_s", bytes * tok_s / 1e9},
+          {"floor_tok_s", floor_tok_s},
+          {"fraction_of_floor", tok_s / floor_tok_s},
+          {"seconds_per_repeat", secs}};
+}
+
+// The prompt-processing rows, timed over the Backend interface.
+nlohmann::json prefill_rows(Backend& b, const std::vector<int64_t>& lengths, int repeat,
+                            uint64_t seed) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (lengths.empty()) return rows;
+  std::printf("%9s %10s %10s\n", "prompt", "tok/s", "seconds");
+  for (int64_t n : lengths) {
+    const std::vector<double> secs = time_prefill(b, n, repeat, seed + uint64_t(n));
+    const double s = median(secs);
+    std::printf("%9lld %10.2f %10.3f\n", (long long)n, double(n) / s, s);
+    std::fflush(stdout);
+    rows.push_back(
+        {{"tokens", n}, {"tok_s", double(n) / s}, {"seconds", s}, {"seconds_per_repeat", secs}});
+  }
+  return rows;
+}
+
+// GDN recurrent and conv state read and written per decode token (fp32 here
+// and on the GPU).
+size_t gdn_state_bytes(const ModelConfig& c) {
+  return size_t(c.n_linear_layers()) * (2 * size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim * 4 +
+                                        2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
+}
+
+void write_outputs(const BenchOptions& o, const nlohmann::json& j,
+                   const std::vector<PlotPoint>& points) {
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    if (!f) fail("cannot write {}", o.json);
+    f << j.dump(2) << "\n";
+  }
+  if (!o.plot.empty()) {
+    if (points.empty()) fail("tern bench: --plot draws decode speed: give --decode lengths");
+    write_decode_plot(o.plot, points);
+  }
+}
+
+// The CPU backends: a checkpoint from disk, the context prefilled.
+int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
+  if (!o.dummy.empty())
+    fail(
+        "tern bench --backend {}: --dummy makes random weights on the GPU; write a dummy once "
+        "(tern make-dummy --preset {} --layout mlx4 --seed 1 --out DIR) and pass --model DIR",
+        o.backend, o.dummy);
+  if (o.model.empty()) fail("tern bench: give --model");
+  if (o.sample || !o.leave_out.empty() || !o.trace.empty())
+    fail("tern bench: --sample, --leave-out and --trace are for the CUDA backend");
+  auto w = load_model(o.model, WeightMode::q4);
+  auto be = make_backend(o.backend, w);
+  const ModelConfig& c = be->config();
+  const auto* fast = dynamic_cast<const FastCpuBackend*>(be.get());
+  const std::string isa = fast ? cpu::fast::isa_name(fast->isa()) : "fp32 reference";
+  const int threads = fast ? cpu::fast::WorkPool::global().size() : ThreadPool::global().size();
+  const cpu::fast::MemoryBandwidth bw =
+      cpu::fast::measure_memory_bandwidth(cpu::fast::WorkPool::global());
+  const size_t weights = w->active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
+  const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4;
+  std::printf(
+      "backend %s (%s), %d threads; copy bandwidth %.1f GB/s (read + write), read %.1f GB/s; "
+      "weights read per token %.1f MB\n",
+      o.backend.c_str(), isa.c_str(), threads, bw.copy / 1e9, bw.read / 1e9, weights / 1e6);
+  nlohmann::json prefill = prefill_rows(*be, lengths.prefill, o.repeat, o.seed);
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<PlotPoint> points;
+  if (!lengths.decode.empty()) print_decode_header();
+  for (int64_t L : lengths.decode) {
+    const std::vector<double> secs = time_cpu_decode(*be, L, o.gen, o.repeat, o.seed + 7 * L);
+    const double bytes =
+        double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
+    nlohmann::json row = decode_row(L, secs, o.gen, bytes, bw.copy, points);
+    row["weight_gb_s"] = double(weights) / (median(secs) / o.gen) / 1e9;
+    row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / bw.read;
+    rows.push_back(row);
+  }
+  const nlohmann::json j = {{"command", o.command},
+                            {"git_revision", o.rev},
+                            {"backend", o.backend},
+                            {"isa", isa},
+                            {"threads", threads},
+                            {"model", o.model},
+                            {"gen", o.gen},
+                            {"repeat", o.repeat},
+                            {"token_choice", "greedy"},
+                            {"context_fill", "prefill of random tokens, untimed"},
+                            {"copy_bandwidth_gb_s", bw.copy / 1e9},
+                            {"read_bandwidth_gb_s", bw.read / 1e9},
+                            {"weight_bytes_per_token", weights},
+                            {"gdn_state_bytes_per_token", gdn_state},
+                            {"kv_bytes_per_position", kv_per_pos},
+                            {"prefill", prefill},
+                            {"decode", rows}};
+  write_outputs(o, j, points);
+  return 0;
 }
 
 #ifdef TERN_HAVE_CUDA
@@ -78,15 +200,10 @@ void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& 
 }
 #endif
 
-int run_bench(const BenchOptions& o) {
-  cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
-#ifndef TERN_HAVE_CUDA
-  fail("tern bench needs the CUDA backend, which is not built into this tern");
-#else
-  if (o.backend != "cuda") fail("tern bench: only --backend cuda is supported");
+#ifdef TERN_HAVE_CUDA
+int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   if (o.model.empty() == o.dummy.empty())
     fail("tern bench: give exactly one of --model and --dummy");
-  const std::vector<int64_t> lengths = parse_lengths(o.decode);  // before the weights are made
   std::unique_ptr<cuda::CudaBackend> be;
   if (!o.dummy.empty()) {
     ModelConfig cfg = parse_config(preset_config(o.dummy), "preset " + o.dummy);
@@ -98,7 +215,8 @@ int run_bench(const BenchOptions& o) {
   const ModelConfig& c = be->config();
   const double copy_bw = cuda::copy_bandwidth();
   auto seq = be->new_sequence();
-  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
+  const int64_t max_len =
+      (l.decode.empty() ? 0 : *std::max_element(l.decode.begin(), l.decode.end())) + o.gen + 2;
   be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
   const SamplingParams sampling = o.sample ? chat_sampling(o.seed) : SamplingParams{};
   be->set_sampling(*seq, sampling, {});
@@ -106,10 +224,7 @@ int run_bench(const BenchOptions& o) {
       o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"
                : "greedy (arg-max)";
 
-  const size_t weights = be->weights().active_bytes_per_token();
-  const size_t gdn_state =
-      size_t(c.n_linear_layers()) * (2 * size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim * 4 +
-                                     2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
+  const size_t weights = be->weights().active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
   const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 2;
   std::printf(
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
@@ -118,38 +233,25 @@ int run_bench(const BenchOptions& o) {
   if (!o.leave_out.empty())
     fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
                fmt::join(o.leave_out, ","));
-  std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
-              "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();
   std::vector<PlotPoint> points;
-  for (int64_t L : lengths) {
+  if (!l.decode.empty()) print_decode_header();
+  for (int64_t L : l.decode) {
     be->fill_synthetic(*seq, L, o.seed + uint64_t(L));
     std::vector<double> secs;
     for (int r = 0; r < o.repeat; ++r) {
       be->set_length(*seq, L);
       secs.push_back(be->time_steps(*seq, o.gen));
     }
-    const double t = median(secs) / o.gen, tok_s = 1.0 / t;
     const double bytes =
         double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
-    const double floor_tok_s = copy_bw / bytes;
-    std::printf("%9lld %10.1f %9.4f %10.1f %9.0f %10.1f %7.1f%%\n", (long long)L, tok_s, t * 1e3,
-                bytes / 1e6, bytes * tok_s / 1e9, floor_tok_s, 100 * tok_s / floor_tok_s);
-    std::fflush(stdout);
-    rows.push_back({{"context", L},
-                    {"tok_s", tok_s},
-                    {"ms_per_token", t * 1e3},
-                    {"bytes_per_token", bytes},
-                    {"gb_s", bytes * tok_s / 1e9},
-                    {"floor_tok_s", floor_tok_s},
-                    {"fraction_of_floor", tok_s / floor_tok_s},
-                    {"seconds_per_repeat", secs}});
-    points.push_back({double(L), tok_s, floor_tok_s});
-    if (!o.trace.empty() && L == lengths.front()) {
+    rows.push_back(decode_row(L, secs, o.gen, bytes, copy_bw, points));
+    if (!o.trace.empty() && L == l.decode.front()) {
       be->set_length(*seq, L);
       write_trace(o.trace, be->trace_steps(*seq, 2));
     }
   }
+  nlohmann::json prefill = prefill_rows(*be, l.prefill, o.repeat, o.seed);
   const int kernels = be->step_kernels(*seq);
   const double launch_us = cuda::launch_overhead(kernels) * 1e6;
   std::printf("launch overhead: %.1f us per step of %d empty kernels (%.2f us per kernel)\n",
@@ -175,28 +277,43 @@ int run_bench(const BenchOptions& o) {
                       {"kv_bytes_per_position", kv_per_pos},
                       {"weights_on_device_bytes", be->weights().total_bytes()},
                       {"device_memory_used_bytes", mem},
+                      {"prefill", prefill},
                       {"decode", rows}};
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    if (!f) fail("cannot write {}", o.json);
-    f << j.dump(2) << "\n";
-  }
-  if (!o.plot.empty()) write_decode_plot(o.plot, points);
+  write_outputs(o, j, points);
   return 0;
+}
+#endif
+
+int run_bench(const BenchOptions& o) {
+  cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
+  const Lengths lengths = parse_bench_lengths(o);  // before the weights are made
+  if (o.backend != "cuda") return run_cpu_bench(o, lengths);
+#ifdef TERN_HAVE_CUDA
+  return run_cuda_bench(o, lengths);
+#else
+  fail("tern bench --backend cuda: the CUDA backend is not built into this tern");
 #endif
 }
 
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Decode speed by context length (CUDA)");
+  auto* cmd = app.add_subcommand("bench", "Prompt and decode speed by length (CPU or CUDA)");
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("--model", o->model, "Checkpoint folder");
   cmd->add_option("--dummy", o->dummy,
-                  "Random weights of a preset shape, made on the GPU (35b-a3b, tiny)");
-  cmd->add_option("--backend", o->backend, "cuda")->check(CLI::IsMember({"cuda"}));
-  cmd->add_option("--decode", o->decode, "Comma-separated context lengths");
-  cmd->add_option("--gen", o->gen, "Timed tokens per repeat")
+                  "Random weights of a preset shape, made on the GPU (35b-a3b, tiny; CUDA only)");
+  cmd->add_option("--backend", o->backend,
+                  fmt::format("cpu (fast), cpu-ref (the fp32 reference) or cuda (default {})",
+                              kDefaultBackend))
+      ->check(CLI::IsMember({"cpu", "cpu-ref", "cuda"}));
+  cmd->add_option("--decode", o->decode,
+                  "Comma-separated context lengths to time decode after (default "
+                  "256,512,1024,2048,4096 when --prefill is not given)");
+  cmd->add_option("--prefill", o->prefill,
+                  "Comma-separated prompt lengths to time: forward() of that many random tokens "
+                  "to the last token's logits");
+  cmd->add_option("--gen", o->gen, "Timed decode tokens per repeat")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--repeat", o->repeat, "Repeats (the median is reported)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));

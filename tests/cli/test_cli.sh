@@ -90,6 +90,19 @@ expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "
 expect_error "bad context length" "--decode: 'x' is not a positive context length" "$TERN" bench --dummy tiny --decode 4096,x
 # Exit 105: CLI11's own validation, which refuses the flag before anything runs.
 RC=105 expect_error "plot extension" "plot file '$W/p.jpg' must end in .svg or .png" "$TERN" bench --dummy tiny --plot "$W/p.jpg"
+# tern bench on the CPU: prompt and decode rows, the copy bandwidth, the plot.
+"$TERN" bench --model "$W/tiny" --backend cpu --prefill 8,16 --decode 4 --gen 2 --repeat 1 \
+  --json "$W/bench.json" --plot "$W/bench.svg" >"$W/bench.out" 2>/dev/null || bad "bench --backend cpu"
+python3 - "$W/bench.json" <<'PY' && ok || bad "bench JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["backend"] == "cpu" and j["copy_bandwidth_gb_s"] > 0 and j["weight_bytes_per_token"] > 0, j
+assert [r["tokens"] for r in j["prefill"]] == [8, 16] and all(r["tok_s"] > 0 for r in j["prefill"]), j
+d = j["decode"]
+assert [r["context"] for r in d] == [4] and d[0]["tok_s"] > 0 and 0 < d[0]["fraction_of_floor"], j
+PY
+grep -q "<svg" "$W/bench.svg" && ok || bad "bench --plot on the CPU"
+expect_error "bench dummy on the CPU" "pass --model DIR" "$TERN" bench --dummy tiny --backend cpu --decode 8
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
 if ! command -v nvidia-smi >/dev/null; then
   expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1
