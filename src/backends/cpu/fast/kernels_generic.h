@@ -142,70 +142,82 @@ void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t 
   }
 }
 
-// C = beta C + alpha A B with A(i, k) = a[i * ars + k * acs], B(k, j) = b[k *
-// ldb + j], C(i, j) = c[i * ldc + j]: 4 x 16 register tiles.
-void gemm_nn(int M, int N, int K, float alpha, const float* a, int64_t ars, int64_t acs,
-             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  constexpr int MR = 4, NR = 16;
-  for (int i0 = 0; i0 < M; i0 += MR) {
-    const int mr = std::min(MR, M - i0);
-    for (int j0 = 0; j0 < N; j0 += NR) {
-      const int nr = std::min(NR, N - j0);
-      float acc[MR][NR] = {};
-      if (mr == MR && nr == NR) {
-        for (int k = 0; k < K; ++k) {
-          const float* bk = b + int64_t(k) * ldb + j0;
-          for (int i = 0; i < MR; ++i) {
-            const float ai = a[(i0 + i) * ars + k * acs];
-            for (int j = 0; j < NR; ++j) acc[i][j] += ai * bk[j];
-          }
-        }
-      } else {
-        for (int k = 0; k < K; ++k) {
-          const float* bk = b + int64_t(k) * ldb + j0;
-          for (int i = 0; i < mr; ++i) {
-            const float ai = a[(i0 + i) * ars + k * acs];
-            for (int j = 0; j < nr; ++j) acc[i][j] += ai * bk[j];
-          }
-        }
-      }
-      for (int i = 0; i < mr; ++i) {
-        float* ci = c + int64_t(i0 + i) * ldc + j0;
-        for (int j = 0; j < nr; ++j)
-          ci[j] = beta == 0.0f ? alpha * acc[i][j] : beta * ci[j] + alpha * acc[i][j];
-      }
-    }
-  }
+inline void store_c(float* c, float beta, float alpha, float acc) {
+  *c = beta == 0.0f ? alpha * acc : beta * *c + alpha * acc;
 }
 
-// C = alpha A B^T (+ beta C) with A(i, k) = a[i * lda + k], B(j, k) = b[j * ldb + k]:
-// dot products over k, 2 x 4 at a time.
-void gemm_nt(int M, int N, int K, float alpha, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float beta, float* c, int64_t ldc) {
-  constexpr int MR = 2, NR = 4, V = 8;
-  for (int i0 = 0; i0 < M; i0 += MR) {
-    const int mr = std::min(MR, M - i0);
-    for (int j0 = 0; j0 < N; j0 += NR) {
-      const int nr = std::min(NR, N - j0);
-      float acc[MR][NR][V] = {};
-      int k = 0;
-      if (mr == MR && nr == NR) {
-        for (; k + V <= K; k += V)
-          for (int i = 0; i < MR; ++i)
-            for (int j = 0; j < NR; ++j)
-              for (int l = 0; l < V; ++l)
-                acc[i][j][l] += a[(i0 + i) * lda + k + l] * b[(j0 + j) * ldb + k + l];
-      }
-      for (int i = 0; i < mr; ++i)
-        for (int j = 0; j < nr; ++j) {
-          float s = 0.0f;
-          for (int l = 0; l < V; ++l) s += acc[i][j][l];
-          for (int kk = k; kk < K; ++kk) s += a[(i0 + i) * lda + kk] * b[(j0 + j) * ldb + kk];
-          float* cij = c + int64_t(i0 + i) * ldc + j0 + j;
-          *cij = beta == 0.0f ? alpha * s : beta * *cij + alpha * s;
-        }
+// 8 floats as one value (GCC/Clang vector extension: AVX registers where the
+// translation unit has AVX, two SSE or NEON registers where it has not).
+typedef float V8 __attribute__((vector_size(32)));
+
+// (A V8 out-parameter, not a return value: a 32-byte vector returned by value
+// has an ABI of its own without AVX.)
+inline void load8(V8& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+
+// One 4 x 16 tile of gemm_nn in eight vector accumulators, from packed
+// panels: ap[k][0..4) and bp[k][0..16).
+void nn_tile(int K, float alpha, const float* ap, const float* bp, float beta, float* c,
+             int64_t ldc) {
+  V8 acc[4][2] = {};
+  for (int k = 0; k < K; ++k) {
+    V8 b0, b1;
+    load8(b0, bp + 16 * k);
+    load8(b1, bp + 16 * k + 8);
+    for (int i = 0; i < 4; ++i) {
+      acc[i][0] += ap[4 * k + i] * b0;
+      acc[i][1] += ap[4 * k + i] * b1;
     }
   }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 16; ++j) store_c(c + i * ldc + j, beta, alpha, acc[i][j / 8][j % 8]);
+}
+
+// C = beta C + alpha A B with A(i, k) = a[i * ars + k * acs], B(k, j) = b[k *
+// bks + j * bjs], C(i, j) = c[i * ldc + j]: 4 x 16 register tiles over panels
+// of A and B packed contiguous first (the operands' rows are 512 B to 2 KB
+// apart, which maps an unpacked panel's lines onto a few L1 sets: ~3x
+// slower), the edges by plain loops.
+void gemm_strided(int M, int N, int K, float alpha, const float* a, int64_t ars, int64_t acs,
+                  const float* b, int64_t bks, int64_t bjs, float beta, float* c, int64_t ldc) {
+  constexpr int MR = 4, NR = 16;
+  const int M4 = M / MR * MR, N16 = N / NR * NR;
+  if (M4 > 0 && N16 > 0) {
+    thread_local std::vector<float> pack;
+    if (pack.size() < size_t(M4 + NR) * size_t(K)) pack.resize(size_t(M4 + NR) * size_t(K));
+    float *ap = pack.data(), *bp = ap + size_t(M4) * size_t(K);
+    for (int i0 = 0; i0 < M4; i0 += MR)
+      for (int k = 0; k < K; ++k)
+        for (int i = 0; i < MR; ++i) ap[i0 * K + MR * k + i] = a[(i0 + i) * ars + k * acs];
+    for (int j0 = 0; j0 < N16; j0 += NR) {
+      if (bjs == 1)
+        for (int k = 0; k < K; ++k) std::memcpy(bp + NR * k, b + k * bks + j0, NR * sizeof(float));
+      else
+        for (int j = 0; j < NR; ++j)
+          for (int k = 0; k < K; ++k) bp[NR * k + j] = b[k * bks + (j0 + j) * bjs];
+      for (int i0 = 0; i0 < M4; i0 += MR)
+        nn_tile(K, alpha, ap + i0 * K, bp, beta, c + i0 * ldc + j0, ldc);
+    }
+  }
+  for (int i = 0; i < M; ++i)
+    for (int j = i < M4 ? N16 : 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; ++k) acc += a[i * ars + k * acs] * b[k * bks + j * bjs];
+      store_c(c + i * ldc + j, beta, alpha, acc);
+    }
+}
+
+// C = beta C + alpha A B, B(k, j) = b[k * ldb + j].
+void gemm_nn(int M, int N, int K, float alpha, const float* a, int64_t ars, int64_t acs,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_strided(M, N, K, alpha, a, ars, acs, b, ldb, 1, beta, c, ldc);
+}
+
+// C = beta C + alpha A B^T with A(i, k) = a[i * lda + k], B(j, k) = b[j * ldb + k].
+void gemm_nt(int M, int N, int K, float alpha, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_strided(M, N, K, alpha, a, lda, 1, b, 1, ldb, beta, c, ldc);
 }
 
 // S <- alpha S; u = beta (v - S^T k); S += k u^T; o = S^T q. Each column of S
@@ -243,15 +255,20 @@ void delta_recurrent(const DeltaArgs& a) {
   for (; j0 < a.dv; ++j0) delta_columns<1>(a, j0);
 }
 
-// The chunked form (MODEL.md §4.2) in 64-token chunks as small GEMMs.
+// The chunked form (MODEL.md §4.2) in 64-token chunks as small GEMMs. The
+// decays exp(gam_r - gam_s) are computed once a chunk, by rows; the forward
+// substitution (I + A) X = [diag(beta) V | diag(beta Gamma) K] goes 8 rows at
+// a time: what the rows above the block contribute is one GEMM, the block's
+// own triangle a few axpys.
 void delta_chunked(const DeltaArgs& a) {
-  constexpr int C = 64;
+  constexpr int C = 64, B = 8;
   const int dk = a.dk, dv = a.dv, w = dv + dk;
   thread_local std::vector<float> buf;
-  const size_t need = size_t(C) * (1 + C + size_t(w) + size_t(dk));
+  const size_t need = size_t(C) * (1 + 2 * C + size_t(w) + size_t(dk));
   if (buf.size() < need) buf.resize(need);
   float* gam = buf.data();
-  float* KK = gam + C;    // [C][C]: K K^T, then the decayed causal Q K^T
+  float* E = gam + C;     // [C][C]: exp(gam_r - gam_s), s <= r
+  float* KK = E + C * C;  // [C][C]: -A (strict lower), then the decayed causal Q K^T
   float* X = KK + C * C;  // [C][w]: U | W, then V' in U's place
   float* Kd = X + C * w;  // [C][dk]
   for (int64_t c0 = 0; c0 < a.T; c0 += C) {
@@ -259,14 +276,25 @@ void delta_chunked(const DeltaArgs& a) {
     const float *q = a.q + c0 * dk, *k = a.k + c0 * dk, *v = a.v + c0 * dv;
     float acc = 0.0f;
     for (int r = 0; r < L; ++r) gam[r] = acc += a.g[c0 + r];
+    // Row r of the decays is row r - 1 times exp(g_r) (no exp a pair).
+    for (int r = 0; r < L; ++r) {
+      const float alpha = std::exp(a.g[c0 + r]);
+      for (int s = 0; s < r; ++s) E[r * C + s] = alpha * E[(r - 1) * C + s];
+      E[r * C + r] = 1.0f;
+    }
     gemm_nt(L, L, dk, 1.0f, k, dk, k, dk, 0.0f, KK, C);
     for (int r = 0; r < L; ++r) {
       const float b = a.beta[c0 + r], bg = b * std::exp(gam[r]);
+      for (int s = 0; s < r; ++s) KK[r * C + s] *= -b * E[r * C + s];
       float* xr = X + r * w;
       for (int j = 0; j < dv; ++j) xr[j] = b * v[r * dv + j];
       for (int i = 0; i < dk; ++i) xr[dv + i] = bg * k[r * dk + i];
-      for (int s = 0; s < r; ++s)
-        axpy(-b * KK[r * C + s] * std::exp(gam[r] - gam[s]), X + s * w, xr, w);
+    }
+    for (int r0 = 0; r0 < L; r0 += B) {
+      const int nb = std::min(B, L - r0);
+      if (r0 > 0) gemm_nn(nb, w, r0, 1.0f, KK + r0 * C, C, 1, X, w, 1.0f, X + r0 * w, w);
+      for (int r = r0; r < r0 + nb; ++r)
+        for (int s = r0; s < r; ++s) axpy(KK[r * C + s], X + s * w, X + r * w, w);
     }
     // V' = U - W S0 (in U's columns of X).
     gemm_nn(L, dv, dk, -1.0f, X + dv, w, 1, a.S, dv, 1.0f, X, w);
@@ -277,14 +305,13 @@ void delta_chunked(const DeltaArgs& a) {
     for (int r = 0; r < L; ++r) {
       const float G = std::exp(gam[r]);
       for (int j = 0; j < dv; ++j) o[r * dv + j] *= G;
-      for (int s = 0; s < L; ++s)
-        KK[r * C + s] = s <= r ? KK[r * C + s] * std::exp(gam[r] - gam[s]) : 0.0f;
+      for (int s = 0; s < L; ++s) KK[r * C + s] = s <= r ? KK[r * C + s] * E[r * C + s] : 0.0f;
     }
     gemm_nn(L, dv, L, 1.0f, KK, C, 1, X, w, 1.0f, o, dv);
     // S = exp(gam_L) S0 + sum_r exp(gam_L - gam_r) k_r (x) V'_r.
-    const float gl = gam[L - 1], GC = std::exp(gl);
+    const float GC = std::exp(gam[L - 1]);
     for (int r = 0; r < L; ++r) {
-      const float d = std::exp(gl - gam[r]);
+      const float d = E[(L - 1) * C + r];
       for (int i = 0; i < dk; ++i) Kd[r * dk + i] = d * k[r * dk + i];
     }
     gemm_nn(dk, dv, L, 1.0f, Kd, 1, dk, X, w, GC, a.S, dv);
