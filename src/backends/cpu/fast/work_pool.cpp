@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/error.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -23,6 +25,17 @@ inline void cpu_relax() {
 // How long an idle worker spins before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(1000);
 
+constexpr uint64_t kField = (uint64_t(1) << 24) - 1;
+constexpr uint64_t pack(uint64_t generation, uint64_t n, uint64_t next) {
+  return (generation & 0xffff) << 48 | (n & kField) << 24 | (next & kField);
+}
+constexpr uint64_t count_of(uint64_t t) {
+  return (t >> 24) & kField;
+}
+constexpr uint64_t next_of(uint64_t t) {
+  return t & kField;
+}
+
 }  // namespace
 
 WorkPool::WorkPool(int n_threads) {
@@ -32,8 +45,8 @@ WorkPool::WorkPool(int n_threads) {
 
 WorkPool::~WorkPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  ticket_.fetch_add(uint64_t(1) << 48);  // a change every sleeper wakes for
+  ticket_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -48,11 +61,14 @@ WorkPool& WorkPool::global() {
   return pool;
 }
 
-void WorkPool::work(int thread) {
-  for (;;) {
-    const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_) return;
-    call_(fn_, i, thread);
+void WorkPool::work(uint64_t t, int thread) {
+  while (next_of(t) < count_of(t)) {
+    if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acquire)) {
+      call_(fn_, size_t(next_of(t)), thread);
+      done_.fetch_add(1, std::memory_order_release);
+      t = ticket_.load(std::memory_order_acquire);
+    }
+    // On failure t holds the current ticket: of this job, or of none to claim.
   }
 }
 
@@ -62,41 +78,36 @@ void WorkPool::run_erased(size_t n, Call call, const void* fn) {
     for (size_t i = 0; i < n; ++i) call(fn, i, 0);
     return;
   }
+  TERN_CHECK(n <= kField);
   call_ = call;
   fn_ = fn;
-  n_ = n;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  // seq_cst on both sides (here and in worker_loop): a worker that registers as
-  // a sleeper either sees the new generation or is seen and woken.
-  generation_.fetch_add(1);
-  if (sleepers_.load() > 0) generation_.notify_all();
-  work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t t = pack(++generation_, n, 0);
+  // seq_cst here and in worker_loop: a worker that registers as a sleeper
+  // either sees the new ticket or is seen and woken.
+  ticket_.store(t);
+  if (sleepers_.load() > 0) ticket_.notify_all();
+  work(t, 0);
+  while (done_.load(std::memory_order_acquire) != n) cpu_relax();
 }
 
 void WorkPool::worker_loop(int thread) {
-  uint64_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    if (g == seen) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      for (int spins = 0; g == seen; ++spins) {
-        cpu_relax();
-        g = generation_.load(std::memory_order_acquire);
-        if ((spins & 1023) == 1023 && std::chrono::steady_clock::now() > until) {
-          sleepers_.fetch_add(1);
-          // wait() re-checks the value after registering: a job published meanwhile is seen.
-          generation_.wait(seen);
-          sleepers_.fetch_sub(1);
-          g = generation_.load(std::memory_order_acquire);
-        }
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    work(t, thread);
+    // Nothing left to claim: wait for the ticket to change.
+    t = ticket_.load(std::memory_order_acquire);
+    if (next_of(t) < count_of(t)) continue;
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int spins = 1; ticket_.load(std::memory_order_acquire) == t; ++spins) {
+      cpu_relax();
+      if (spins % 1024 == 0 && std::chrono::steady_clock::now() > until) {
+        sleepers_.fetch_add(1);
+        ticket_.wait(t);  // re-checks the value after registering
+        sleepers_.fetch_sub(1);
       }
     }
-    if (stop_.load()) return;
-    seen = g;
-    work(thread);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
