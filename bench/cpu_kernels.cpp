@@ -2,10 +2,12 @@
 // decode (one token, a matrix far larger than L3, so memory streams) and
 // prefill shapes (many tokens over a matrix in cache), in GB/s of packed
 // weights and G multiply-adds/s, beside the machine's memory bandwidth.
-// Usage: cpu_kernels [threads]
+// Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, expert, dense64,
+// dense512; default all)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/fast/kernels.h"
@@ -75,7 +77,8 @@ double best_seconds(int reps, const auto& fn) {
 }
 
 void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int64_t block,
-               int reps, const char* what) {
+               int reps, const char* what, const std::string& only, const char* name) {
+  if (!only.empty() && only != name) return;
   Acts a = random_acts(k, T, m.t.cols);
   std::vector<float> y(size_t(T * m.t.rows));
   const OutRows o{y.data(), m.t.rows, nullptr, nullptr, false};
@@ -98,17 +101,19 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
 
 int main(int argc, char** argv) {
   WorkPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
+  const std::string want_isa = argc > 2 ? argv[2] : "", only = argc > 3 ? argv[3] : "";
   const MemoryBandwidth bw = measure_memory_bandwidth(pool);
   std::printf("threads %d: copy %.1f GB/s (read + write), read %.1f GB/s\n", pool.size(),
               bw.copy / 1e9, bw.read / 1e9);
   const Matrix big = random_q4(131072, 2048);  // 151 MB: streams from memory
   const Matrix expert = random_q4(1024, 2048), dense = random_q4(8192, 2048);
   for (Isa isa : supported_isas()) {
+    if (!want_isa.empty() && want_isa != isa_name(isa)) continue;
     const Kernels& k = kernels(isa);
-    run_shape(k, pool, big, 1, 16, 5, "decode, from memory");
-    run_shape(k, pool, expert, 1, 16, 50, "decode, in cache");
-    run_shape(k, pool, expert, 16, 16, 20, "expert, 16 tokens");
-    run_shape(k, pool, dense, 64, 16, 3, "dense, 64 tokens");
-    run_shape(k, pool, dense, 512, 16, 1, "dense, 512 tokens");
+    run_shape(k, pool, big, 1, 64, 5, "decode, from memory", only, "decode-memory");
+    run_shape(k, pool, expert, 1, 64, 50, "decode, in cache", only, "decode-cache");
+    run_shape(k, pool, expert, 16, 64, 20, "expert, 16 tokens", only, "expert");
+    run_shape(k, pool, dense, 64, 64, 3, "dense, 64 tokens", only, "dense64");
+    run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
   }
 }
