@@ -43,13 +43,6 @@ using cpu::fast::Isa;
 
 namespace {
 
-std::vector<int32_t> some_tokens(size_t n, int vocab, uint64_t seed) {
-  CounterRng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(rng.next_u64() % uint64_t(vocab));
-  return t;
-}
-
 std::string isa_label(const testing::TestParamInfo<Isa>& p) {
   return cpu::fast::isa_name(p.param);
 }
@@ -70,7 +63,7 @@ class FastBackend : public testing::TestWithParam<Isa> {
 TEST_P(FastBackend, WithFp32ActivationsIsTheReferenceFunction) {
   CpuBackend ref(tiny());
   FastCpuBackend fast(tiny(), GetParam(), false);
-  const auto long_prompt = some_tokens(600, tiny()->cfg.vocab, 3);
+  const auto long_prompt = test::random_tokens(600, tiny()->cfg.vocab, 3);
   const std::vector<float> want = score_tokens(ref, long_prompt, 0);
   EXPECT_LE(test::max_abs_diff(score_tokens(fast, long_prompt, 0), want),
             1e-4f * test::max_abs(want));
@@ -85,7 +78,7 @@ TEST_P(FastBackend, WithFp32ActivationsIsTheReferenceFunction) {
 TEST_P(FastBackend, WithInt8ActivationsStaysWithinTheBound) {
   CpuBackend ref(tiny());
   FastCpuBackend fast(tiny(), GetParam());
-  const auto toks = some_tokens(150, tiny()->cfg.vocab, 4);
+  const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 4);
   const std::vector<float> want = score_tokens(ref, toks, 0), got = score_tokens(fast, toks, 0);
   test::expect_within_int8_bound(got, want, toks, tiny()->cfg.vocab, "fast vs reference");
   EXPECT_GT(test::max_abs_diff(got, want), 1e-3f * test::max_abs(want));  // int8 was taken
@@ -96,7 +89,7 @@ TEST_P(FastBackend, WithInt8ActivationsStaysWithinTheBound) {
 // the chunkings agree within the same bound.
 TEST_P(FastBackend, PrefillAtOnceInChunksAndTokenByTokenAgree) {
   FastCpuBackend fast(tiny(), GetParam());
-  const auto toks = some_tokens(150, tiny()->cfg.vocab, 5);
+  const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 5);
   const std::vector<float> whole = score_tokens(fast, toks, 0);
   for (int64_t chunk : {1, 7, 64, 100})
     test::expect_within_int8_bound(score_tokens(fast, toks, chunk), whole, toks, tiny()->cfg.vocab,
@@ -145,7 +138,7 @@ TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
   FastCpuBackend fast(tiny(), GetParam());
   auto s = fast.new_sequence();
   std::vector<float> logits;
-  const auto toks = some_tokens(40, tiny()->cfg.vocab, 6);
+  const auto toks = test::random_tokens(40, tiny()->cfg.vocab, 6);
   fast.forward(*s, toks, Logits::last, logits);
   int32_t next = 1;
   // Warm up: the first steps size the buffers; the KV cache then holds 80 positions.

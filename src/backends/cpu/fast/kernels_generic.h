@@ -21,16 +21,35 @@ namespace generic {
 using namespace tern;
 using namespace tern::cpu::fast;
 
-constexpr int kLanes = 16;  // independent accumulators of the fp32 reductions
+constexpr int kLanes = 16;  // independent accumulators of the integer sums
 
+// 8 floats as one value (GCC/Clang vector extension: AVX registers where the
+// translation unit has AVX, two SSE or NEON registers where it has not).
+typedef float V8 __attribute__((vector_size(32)));
+
+// (A V8 out-parameter, not a return value: a 32-byte vector returned by value
+// has an ABI of its own without AVX.)
+inline void load8(V8& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+
+// Sum of a[i] * b[i] in two vector accumulators.
 inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {};
+  V8 acc0 = {}, acc1 = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  for (; i + 16 <= n; i += 16) {
+    V8 a0, a1, b0, b1;
+    load8(a0, a + i);
+    load8(a1, a + i + 8);
+    load8(b0, b + i);
+    load8(b1, b + i + 8);
+    acc0 += a0 * b0;
+    acc1 += a1 * b1;
+  }
+  acc0 += acc1;
   float s = 0.0f;
+  for (int l = 0; l < 8; ++l) s += acc0[l];
   for (; i < n; ++i) s += a[i] * b[i];
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
   return s;
 }
 
@@ -144,16 +163,6 @@ void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t 
 
 inline void store_c(float* c, float beta, float alpha, float acc) {
   *c = beta == 0.0f ? alpha * acc : beta * *c + alpha * acc;
-}
-
-// 8 floats as one value (GCC/Clang vector extension: AVX registers where the
-// translation unit has AVX, two SSE or NEON registers where it has not).
-typedef float V8 __attribute__((vector_size(32)));
-
-// (A V8 out-parameter, not a return value: a 32-byte vector returned by value
-// has an ABI of its own without AVX.)
-inline void load8(V8& v, const float* p) {
-  std::memcpy(&v, p, sizeof v);
 }
 
 // One 4 x 16 tile of gemm_nn in eight vector accumulators, from packed
