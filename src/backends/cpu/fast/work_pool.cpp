@@ -22,8 +22,17 @@ inline void cpu_relax() {
 #endif
 }
 
-// How long an idle worker spins before it sleeps.
+// How long an idle worker spins before it sleeps, and how many pauses a wait
+// spins before it also yields the core (to a worker or process the OS runs
+// there instead: on an idle machine a yield returns at once).
 constexpr auto kSpin = std::chrono::microseconds(1000);
+constexpr int kPausesBeforeYield = 2048;
+
+// One step of a wait: a pause, or after a while a yield too.
+inline void wait_step(int& spins) {
+  cpu_relax();
+  if (++spins > kPausesBeforeYield) std::this_thread::yield();
+}
 
 constexpr uint64_t kField = (uint64_t(1) << 24) - 1;
 constexpr uint64_t pack(uint64_t generation, uint64_t n, uint64_t next) {
@@ -88,7 +97,7 @@ void WorkPool::run_erased(size_t n, Call call, const void* fn) {
   ticket_.store(t);
   if (sleepers_.load() > 0) ticket_.notify_all();
   work(t, 0);
-  while (done_.load(std::memory_order_acquire) != n) cpu_relax();
+  for (int spins = 0; done_.load(std::memory_order_acquire) != n;) wait_step(spins);
 }
 
 void WorkPool::worker_loop(int thread) {
@@ -100,8 +109,8 @@ void WorkPool::worker_loop(int thread) {
     t = ticket_.load(std::memory_order_acquire);
     if (next_of(t) < count_of(t)) continue;
     const auto until = std::chrono::steady_clock::now() + kSpin;
-    for (int spins = 1; ticket_.load(std::memory_order_acquire) == t; ++spins) {
-      cpu_relax();
+    for (int spins = 0; ticket_.load(std::memory_order_acquire) == t;) {
+      wait_step(spins);
       if (spins % 1024 == 0 && std::chrono::steady_clock::now() > until) {
         sleepers_.fetch_add(1);
         ticket_.wait(t);  // re-checks the value after registering

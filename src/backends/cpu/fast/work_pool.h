@@ -5,7 +5,7 @@
 // time from the ticket, so unequal items balance, and a job needs no worker to
 // show up: the caller claims items too and waits only for the items claimed,
 // so a worker the OS has descheduled (another process on the core) costs the
-// job nothing unless it holds an item.
+// job nothing unless it holds an item; waits that last yield the core.
 #pragma once
 
 #include <atomic>
