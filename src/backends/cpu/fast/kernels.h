@@ -115,6 +115,8 @@ struct Kernels {
   // The same from fp32 inputs, for every other weight format.
   void (*gemm_f32)(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
                    const OutRows& o);
+  // g[i] = silu(g[i]) * u[i] (a vectorised exp).
+  void (*swiglu)(float* g, const float* u, int64_t n);
   void (*delta_recurrent)(const DeltaArgs& a);
   void (*delta_chunked)(const DeltaArgs& a);
   void (*attention)(const AttnArgs& a);

@@ -169,13 +169,14 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = {Isa::avx2,
-                                     "avx2",
-                                     generic::quantize,
-                                     gemm_q4,
-                                     generic::gemm_f32,
-                                     generic::delta_recurrent,
-                                     generic::delta_chunked,
-                                     generic::attention};
+extern const Kernels kAvx2Kernels = {.isa = Isa::avx2,
+                                     .name = "avx2",
+                                     .quantize = generic::quantize,
+                                     .gemm_q4 = gemm_q4,
+                                     .gemm_f32 = generic::gemm_f32,
+                                     .swiglu = generic::swiglu,
+                                     .delta_recurrent = generic::delta_recurrent,
+                                     .delta_chunked = generic::delta_chunked,
+                                     .attention = generic::attention};
 
 }  // namespace tern::cpu::fast

@@ -4,9 +4,14 @@
 
 namespace tern::cpu::fast {
 
-extern const Kernels kPortableKernels = {Isa::portable,          "portable",
-                                         generic::quantize,      generic::gemm_q4,
-                                         generic::gemm_f32,      generic::delta_recurrent,
-                                         generic::delta_chunked, generic::attention};
+extern const Kernels kPortableKernels = {.isa = Isa::portable,
+                                         .name = "portable",
+                                         .quantize = generic::quantize,
+                                         .gemm_q4 = generic::gemm_q4,
+                                         .gemm_f32 = generic::gemm_f32,
+                                         .swiglu = generic::swiglu,
+                                         .delta_recurrent = generic::delta_recurrent,
+                                         .delta_chunked = generic::delta_chunked,
+                                         .attention = generic::attention};
 
 }  // namespace tern::cpu::fast

@@ -30,7 +30,8 @@ class WorkPool {
   // reentrant: fn must not call run() on the same pool.
   template <class F>
   void run(size_t n, const F& fn) {
-    run_erased(n, [](const void* f, size_t i, int t) { (*static_cast<const F*>(f))(i, t); }, &fn);
+    run_erased(
+        n, [](const void* f, size_t i, int t) { (*static_cast<const F*>(f))(i, t); }, &fn);
   }
 
   // The process-wide pool: TERN_THREADS threads, or one per hardware thread.
