@@ -191,19 +191,26 @@ TEST_P(FastKernels, F32MatmulMatchesTheReferenceForOtherFormats) {
   }
 }
 
-// silu(g) * u through the vectorised exp, on [-100, 100] (past the clamp at
-// both ends) and at a length that leaves a tail: 4 ulp of the double result
-// (exp within 2 ulp, then a divide and a multiply).
-TEST_P(FastKernels, SwigluMatchesTheReference) {
-  std::vector<float> g = test::random_vector(1003, 1, 30.0f), u = test::random_vector(1003, 2);
-  g[0] = -100.0f;
-  g[1] = 100.0f;
-  g[2] = 0.0f;
-  std::vector<float> out = g;
-  k().swiglu(out.data(), u.data(), int64_t(out.size()));
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
-    EXPECT_NEAR(out[i], want, 4.8e-7 * std::abs(want) + 1e-30) << "g=" << g[i];
+// silu(s) * m through the vectorised exp, on [-100, 100] (past the clamp at
+// both ends) and at a length that leaves a tail, in place on either input and
+// without m: 4 ulp of the double result (exp within 2 ulp, a divide, a multiply).
+TEST_P(FastKernels, SiluMulMatchesTheReference) {
+  std::vector<float> s = test::random_vector(1003, 1, 30.0f), m = test::random_vector(1003, 2);
+  s[0] = -100.0f;
+  s[1] = 100.0f;
+  s[2] = 0.0f;
+  for (int mode = 0; mode < 3; ++mode) {  // out = s, out = m, no m
+    std::vector<float> out = mode == 1 ? m : s;
+    k().silu_mul(mode == 1 ? s.data() : out.data(),
+                 mode == 2   ? nullptr
+                 : mode == 1 ? out.data()
+                             : m.data(),
+                 out.data(), int64_t(out.size()));
+    for (size_t i = 0; i < s.size(); ++i) {
+      const double want = double(s[i]) / (1.0 + std::exp(-double(s[i]))) * (mode == 2 ? 1.0 : m[i]);
+      EXPECT_NEAR(out[i], want, 4.8e-7 * std::abs(want) + 1e-30)
+          << "s=" << s[i] << " mode " << mode;
+    }
   }
 }
 

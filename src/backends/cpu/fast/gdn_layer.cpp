@@ -59,8 +59,7 @@ void GdnLayer::forward(Context& ctx, const ModelConfig& c, const GdnWeights& w,
         const float* wj = &conv_t[size_t(j * C + c0)];
         for (int64_t i = 0; i < n; ++i) acc[i] += wj[i] * src[i];
       }
-      float* dst = mixed + t * C + c0;
-      for (int64_t i = 0; i < n; ++i) dst[i] = silu(acc[i]);
+      ctx.k.silu_mul(acc, nullptr, mixed + t * C + c0, n);
     }
     for (int64_t j = 0; j < H; ++j) std::copy(last[j], last[j] + n, &st.conv[size_t(j * C + c0)]);
   });
@@ -90,7 +89,7 @@ void GdnLayer::forward(Context& ctx, const ModelConfig& c, const GdnWeights& w,
       float* yt = y + t * value_dim + int64_t(n) * dv;
       const float* zt = z + t * value_dim + int64_t(n) * dv;
       rms_norm(o + t * dv, w.norm.data(), dv, c.rms_eps, yt);
-      for (int j = 0; j < dv; ++j) yt[j] *= silu(zt[j]);
+      ctx.k.silu_mul(zt, yt, yt, dv);
     }
   });
   ya_.set(ctx.pool, ctx.k, y, value_dim, T, value_dim, ctx.int8);

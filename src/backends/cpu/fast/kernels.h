@@ -115,8 +115,8 @@ struct Kernels {
   // The same from fp32 inputs, for every other weight format.
   void (*gemm_f32)(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
                    const OutRows& o);
-  // g[i] = silu(g[i]) * u[i] (a vectorised exp).
-  void (*swiglu)(float* g, const float* u, int64_t n);
+  // out[i] = silu(s[i]) * m[i] (m null: 1; out may be s or m), a vectorised exp.
+  void (*silu_mul)(const float* s, const float* m, float* out, int64_t n);
   void (*delta_recurrent)(const DeltaArgs& a);
   void (*delta_chunked)(const DeltaArgs& a);
   void (*attention)(const AttnArgs& a);

@@ -174,7 +174,7 @@ extern const Kernels kAvx2Kernels = {.isa = Isa::avx2,
                                      .quantize = generic::quantize,
                                      .gemm_q4 = gemm_q4,
                                      .gemm_f32 = generic::gemm_f32,
-                                     .swiglu = generic::swiglu,
+                                     .silu_mul = generic::silu_mul,
                                      .delta_recurrent = generic::delta_recurrent,
                                      .delta_chunked = generic::delta_chunked,
                                      .attention = generic::attention};

@@ -64,18 +64,18 @@ inline void exp8(V8& x) {
   x = p * scale;
 }
 
-// g[i] = silu(g[i]) * u[i].
-void swiglu(float* g, const float* u, int64_t n) {
+// out[i] = silu(s[i]) * m[i] (m null: 1); out may be s or m.
+void silu_mul(const float* s, const float* m, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    V8 a, b;
-    load8(a, g + i);
-    load8(b, u + i);
+    V8 a, b = V8{} + 1.0f;
+    load8(a, s + i);
+    if (m) load8(b, m + i);
     V8 e = -a;
     exp8(e);
-    store8(g + i, a / (1.0f + e) * b);
+    store8(out + i, a / (1.0f + e) * b);
   }
-  for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  for (; i < n; ++i) out[i] = s[i] / (1.0f + std::exp(-s[i])) * (m ? m[i] : 1.0f);
 }
 
 // Sum of a[i] * b[i] in two vector accumulators.

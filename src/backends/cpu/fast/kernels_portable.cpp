@@ -9,7 +9,7 @@ extern const Kernels kPortableKernels = {.isa = Isa::portable,
                                          .quantize = generic::quantize,
                                          .gemm_q4 = generic::gemm_q4,
                                          .gemm_f32 = generic::gemm_f32,
-                                         .swiglu = generic::swiglu,
+                                         .silu_mul = generic::silu_mul,
                                          .delta_recurrent = generic::delta_recurrent,
                                          .delta_chunked = generic::delta_chunked,
                                          .attention = generic::attention};

@@ -102,8 +102,7 @@ void MoeLayer::forward(Context& ctx, const ModelConfig& c, const MoeWeights& w,
     matmul_rows(ctx.k, g, it.r0, it.r1);
     matmul_rows(ctx.k, up, it.r0, it.r1);
     for (int64_t t = 0; t < n; ++t)
-      for (int64_t r = it.r0; r < it.r1; ++r)
-        hg[t * ld + r] = silu(hg[t * ld + r]) * hu[t * ld + r];
+      ctx.k.silu_mul(hg + t * ld + it.r0, hu + t * ld + it.r0, hg + t * ld + it.r0, it.r1 - it.r0);
   });
   ha_.set(ctx.pool, ctx.k, h, I, rows, I, ctx.int8);
   hsa_.set(ctx.pool, ctx.k, hs, Is, T, Is, ctx.int8);
