@@ -38,6 +38,14 @@ inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
   return p.string();
 }
 
+// n token ids below vocab, deterministic for a seed.
+inline std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
+  CounterRng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng.next_u64() % uint64_t(vocab));
+  return t;
+}
+
 inline std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f) {
   CounterRng rng(seed);
   std::vector<float> v(n);

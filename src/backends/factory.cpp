@@ -1,6 +1,7 @@
 #include "backends/factory.h"
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/fast/fast_backend.h"
 #include "core/error.h"
 #include "model/config.h"
 #ifdef TERN_HAVE_CUDA
@@ -12,14 +13,15 @@ namespace tern {
 
 std::unique_ptr<Backend> make_backend(const std::string& name,
                                       std::shared_ptr<const ModelWeights> weights) {
-  if (name == "cpu") return std::make_unique<CpuBackend>(std::move(weights));
+  if (name == "cpu") return std::make_unique<FastCpuBackend>(std::move(weights));
+  if (name == "cpu-ref") return std::make_unique<CpuBackend>(std::move(weights));
 #ifdef TERN_HAVE_CUDA
   if (name == "cuda") return std::make_unique<cuda::CudaBackend>(std::move(weights));
 #else
   if (name == "cuda")
     fail("the CUDA backend is not built into this tern (configure with nvcc and -DTERN_CUDA=ON)");
 #endif
-  fail("unknown backend '{}' (cpu or cuda)", name);
+  fail("unknown backend '{}' (cpu, cpu-ref or cuda)", name);
 }
 
 std::unique_ptr<Backend> make_dummy_backend(const std::string& name, const std::string& preset,

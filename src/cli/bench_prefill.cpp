@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 
+#include "cli/bench_timing.h"
 #include "cli/plot.h"
 #include "core/error.h"
 
@@ -42,12 +43,6 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t L, int64_t pos0) {
 
 #ifdef TERN_HAVE_CUDA
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Seconds of one prefill of `tokens` on a fresh sequence.
 double time_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens) {

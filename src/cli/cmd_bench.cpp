@@ -1,11 +1,16 @@
-// tern bench (decode part; --prefill is bench_prefill.cpp): for each context
-// length, fill the context (untimed, synthetic KV cache and state), then
-// time decode steps (greedy, or the GPU sampler with --sample); report the
-// median over repeats of tok/s and ms/token, bytes moved per token, achieved
-// GB/s and the fraction of the roofline floor (bytes / device-to-device copy
-// bandwidth measured in the same run), and the launch overhead of a graph of
-// as many empty kernels as the step has. Table on stdout, JSON and a plot (SVG
-// or PNG) on request.
+// tern bench: prompt processing (--prefill N,...: forward() of N random tokens
+// to the last token's logits, any backend) and decode (--decode L,...: greedy
+// steps after a context of L tokens) speed. Per length the median over
+// repeats of tok/s and ms/token; for decode also the bytes moved per token,
+// the achieved GB/s and the fraction of the floor (bytes / copy bandwidth
+// measured in the same run). CUDA: the context is synthetic (random KV cache
+// and state, untimed), decode may use the GPU sampler (--sample), and the run
+// reports the launch overhead of a graph of as many empty kernels as the step
+// has; its prompt processing (bench_prefill.cpp) also reports TFLOP/s, the
+// fraction of the bf16 matrix rate and, with --split, the time per phase.
+// CPU (cpu, cpu-ref): the context is a prefill of random tokens
+// (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
+// larger than L3. Table on stdout, JSON and a plot (SVG or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -15,11 +20,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/cpu/fast/fast_backend.h"
+#include "backends/cpu/fast/memory_bandwidth.h"
 #include "backends/cuda/step_kernels.h"
 #include "cli/bench_prefill.h"
+#include "cli/bench_timing.h"
 #include "cli/commands.h"
 #include "cli/plot.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/backend.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -29,44 +38,158 @@ namespace tern::cli {
 
 namespace {
 
+#ifdef TERN_HAVE_CUDA
+constexpr const char* kDefaultBackend = "cuda";
+#else
+constexpr const char* kDefaultBackend = "cpu";
+#endif
+
 struct BenchOptions {
-  std::string model, dummy, backend = "cuda", decode = "256,512,1024,2048,4096", json, plot, rev,
-                            trace;
+  std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false;
   std::vector<std::string> leave_out;
   std::string command;
-  // --prefill (bench_prefill.cpp): lengths, and whether --decode was given too.
-  std::string prefill;
-  bool decode_given = false, split = false;
-  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0,
-      gemm_bm = 0;  // 0: the backend's default
+  // CUDA prompt processing: --split, and the prefill options (0: the backend's default).
+  bool split = false;
+  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0;
 };
 
-[[maybe_unused]] std::vector<int64_t> parse_lengths(const std::string& s,
-                                                    const char* option = "--decode") {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      const int64_t n = std::stoll(item);
-      if (n <= 0) throw std::invalid_argument("");
-      v.push_back(n);
-    } catch (const std::exception&) {
-      fail("{}: '{}' is not a positive {} length", option, item,
-           std::string(option) == "--prefill" ? "prompt" : "context");
-    }
-  }
-  if (v.empty()) fail("{} needs at least one length", option);
-  return v;
+// The lengths asked for; decode at 256..4096 when neither flag is given.
+struct Lengths {
+  std::vector<int64_t> prefill, decode;
+};
+
+Lengths parse_bench_lengths(const BenchOptions& o) {
+  Lengths l;
+  if (!o.prefill.empty()) l.prefill = parse_lengths(o.prefill, "--prefill");
+  if (!o.decode.empty() || o.prefill.empty())
+    l.decode = parse_lengths(o.decode.empty() ? "256,512,1024,2048,4096" : o.decode, "--decode");
+  return l;
 }
 
-[[maybe_unused]] double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+const char* kDecodeHeader = "%9s %10s %9s %10s %9s %10s %8s\n";
+
+void print_decode_header() {
+  std::printf(kDecodeHeader, "context", "tok/s", "ms/tok", "MB/tok", "GB/s", "floor", "of floor");
+}
+
+// One decode row: printed, and as JSON (the CUDA and CPU benches write the
+// same keys; backends may add their own).
+nlohmann::json decode_row(int64_t L, const std::vector<double>& secs, int gen, double bytes,
+                          double copy_bw, std::vector<PlotPoint>& points) {
+  const double t = median(secs) / gen, tok_s = 1.0 / t, floor_tok_s = copy_bw / bytes;
+  std::printf("%9lld %10.2f %9.3f %10.1f %9.1f %10.2f %7.1f%%\n", (long long)L, tok_s, t * 1e3,
+              bytes / 1e6, bytes * tok_s / 1e9, floor_tok_s, 100 * tok_s / floor_tok_s);
+  std::fflush(stdout);
+  points.push_back({double(L), tok_s, floor_tok_s});
+  return {{"context", L},
+          {"tok_s", tok_s},
+          {"ms_per_token", t * 1e3},
+          {"bytes_per_token", bytes},
+          {"gb_s", bytes * tok_s / 1e9},
+          {"floor_tok_s", floor_tok_s},
+          {"fraction_of_floor", tok_s / floor_tok_s},
+          {"seconds_per_repeat", secs}};
+}
+
+// The prompt-processing rows, timed over the Backend interface.
+nlohmann::json prefill_rows(Backend& b, const std::vector<int64_t>& lengths, int repeat,
+                            uint64_t seed) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (lengths.empty()) return rows;
+  std::printf("%9s %10s %10s\n", "prompt", "tok/s", "seconds");
+  for (int64_t n : lengths) {
+    const std::vector<double> secs = time_prefill(b, n, repeat, seed + uint64_t(n));
+    const double s = median(secs);
+    std::printf("%9lld %10.2f %10.3f\n", (long long)n, double(n) / s, s);
+    std::fflush(stdout);
+    rows.push_back(
+        {{"tokens", n}, {"tok_s", double(n) / s}, {"seconds", s}, {"seconds_per_repeat", secs}});
+  }
+  return rows;
+}
+
+// GDN recurrent and conv state read and written per decode token (fp32 here
+// and on the GPU).
+size_t gdn_state_bytes(const ModelConfig& c) {
+  return size_t(c.n_linear_layers()) * (2 * size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim * 4 +
+                                        2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
+}
+
+void write_outputs(const BenchOptions& o, const nlohmann::json& j,
+                   const std::vector<PlotPoint>& points) {
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    if (!f) fail("cannot write {}", o.json);
+    f << j.dump(2) << "\n";
+  }
+  if (!o.plot.empty()) {
+    if (points.empty()) fail("tern bench: --plot draws decode speed: give --decode lengths");
+    write_decode_plot(o.plot, points);
+  }
+}
+
+// The CPU backends: a checkpoint from disk, the context prefilled.
+int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
+  if (!o.dummy.empty())
+    fail(
+        "tern bench --backend {}: --dummy makes random weights on the GPU; write a dummy once "
+        "(tern make-dummy --preset {} --layout mlx4 --seed 1 --out DIR) and pass --model DIR",
+        o.backend, o.dummy);
+  if (o.model.empty()) fail("tern bench: give --model");
+  if (o.sample || !o.leave_out.empty() || !o.trace.empty() || o.split || o.prefill_chunk ||
+      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm)
+    fail(
+        "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
+        "the CUDA backend");
+  auto w = load_model(o.model, WeightMode::q4);
+  auto be = make_backend(o.backend, w);
+  const ModelConfig& c = be->config();
+  const auto* fast = dynamic_cast<const FastCpuBackend*>(be.get());
+  const std::string isa = fast ? cpu::fast::isa_name(fast->isa()) : "fp32 reference";
+  const int threads = fast ? cpu::fast::WorkPool::global().size() : ThreadPool::global().size();
+  const cpu::fast::MemoryBandwidth bw =
+      cpu::fast::measure_memory_bandwidth(cpu::fast::WorkPool::global());
+  const size_t weights = w->active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
+  const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4;
+  std::printf(
+      "backend %s (%s), %d threads; copy bandwidth %.1f GB/s (read + write), read %.1f GB/s; "
+      "weights read per token %.1f MB\n",
+      o.backend.c_str(), isa.c_str(), threads, bw.copy / 1e9, bw.read / 1e9, weights / 1e6);
+  nlohmann::json prefill = prefill_rows(*be, lengths.prefill, o.repeat, o.seed);
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<PlotPoint> points;
+  if (!lengths.decode.empty()) print_decode_header();
+  for (int64_t L : lengths.decode) {
+    const std::vector<double> secs = time_cpu_decode(*be, L, o.gen, o.repeat, o.seed + 7 * L);
+    const double bytes =
+        double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
+    nlohmann::json row = decode_row(L, secs, o.gen, bytes, bw.copy, points);
+    row["weight_gb_s"] = double(weights) / (median(secs) / o.gen) / 1e9;
+    row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / bw.read;
+    rows.push_back(row);
+  }
+  const nlohmann::json j = {{"command", o.command},
+                            {"git_revision", o.rev},
+                            {"backend", o.backend},
+                            {"isa", isa},
+                            {"threads", threads},
+                            {"model", o.model},
+                            {"gen", o.gen},
+                            {"repeat", o.repeat},
+                            {"token_choice", "greedy"},
+                            {"context_fill", "prefill of random tokens, untimed"},
+                            {"copy_bandwidth_gb_s", bw.copy / 1e9},
+                            {"read_bandwidth_gb_s", bw.read / 1e9},
+                            {"weight_bytes_per_token", weights},
+                            {"gdn_state_bytes_per_token", gdn_state},
+                            {"kv_bytes_per_position", kv_per_pos},
+                            {"prefill", prefill},
+                            {"decode", rows}};
+  write_outputs(o, j, points);
+  return 0;
 }
 
 #ifdef TERN_HAVE_CUDA
@@ -86,41 +209,18 @@ void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& 
 }
 #endif
 
+#ifdef TERN_HAVE_CUDA
 // Where --plot's prefill plot goes: the path itself, or beside the decode
 // plot (NAME-prefill.svg) when both run.
-[[maybe_unused]] std::string prefill_plot_path(const std::string& plot, bool with_decode) {
+std::string prefill_plot_path(const std::string& plot, bool with_decode) {
   if (plot.empty() || !with_decode) return plot;
   const size_t dot = plot.rfind('.');
   return plot.substr(0, dot) + "-prefill" + plot.substr(dot);
 }
 
-// The JSON of a --prefill run without decode.
-[[maybe_unused]] int write_prefill_json(const BenchOptions& o, const nlohmann::json& prefill) {
-  if (o.json.empty()) return 0;
-  nlohmann::json j = {{"command", o.command},
-                      {"git_revision", o.rev},
-                      {"backend", "cuda"},
-                      {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy}};
-  j.update(prefill);
-  std::ofstream f(o.json);
-  if (!f) fail("cannot write {}", o.json);
-  f << j.dump(2) << "\n";
-  return 0;
-}
-
-int run_bench(const BenchOptions& o) {
-  cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
-#ifndef TERN_HAVE_CUDA
-  fail("tern bench needs the CUDA backend, which is not built into this tern");
-#else
-  if (o.backend != "cuda") fail("tern bench: only --backend cuda is supported");
+int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   if (o.model.empty() == o.dummy.empty())
     fail("tern bench: give exactly one of --model and --dummy");
-  // Before the weights are made: --prefill alone runs no decode sweep.
-  const bool decode = o.prefill.empty() || o.decode_given;
-  const std::vector<int64_t> lengths = decode ? parse_lengths(o.decode) : std::vector<int64_t>{};
-  const std::vector<int64_t> prompts =
-      o.prefill.empty() ? std::vector<int64_t>{} : parse_lengths(o.prefill, "--prefill");
   std::unique_ptr<cuda::CudaBackend> be;
   if (!o.dummy.empty()) {
     ModelConfig cfg = parse_config(preset_config(o.dummy), "preset " + o.dummy);
@@ -135,18 +235,18 @@ int run_bench(const BenchOptions& o) {
   po.moe_bn = o.moe_bn, po.dense_bn = o.dense_bn;
   if (o.gemm_bm > 0) po.gemm_bm = o.gemm_bm;
   be->set_prefill_options(po);
-  nlohmann::json prefill_json;
-  if (!prompts.empty())
-    prefill_json = run_prefill_bench(*be, {.lengths = prompts,
-                                           .repeat = o.repeat,
-                                           .seed = o.seed,
-                                           .split = o.split,
-                                           .plot = prefill_plot_path(o.plot, decode)});
-  if (!decode) return write_prefill_json(o, prefill_json);
+  nlohmann::json prefill;
+  if (!l.prefill.empty())
+    prefill = run_prefill_bench(*be, {.lengths = l.prefill,
+                                      .repeat = o.repeat,
+                                      .seed = o.seed,
+                                      .split = o.split,
+                                      .plot = prefill_plot_path(o.plot, !l.decode.empty())});
   const ModelConfig& c = be->config();
   const double copy_bw = cuda::copy_bandwidth();
   auto seq = be->new_sequence();
-  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end()) + o.gen + 2;
+  const int64_t max_len =
+      (l.decode.empty() ? 0 : *std::max_element(l.decode.begin(), l.decode.end())) + o.gen + 2;
   be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
   const SamplingParams sampling = o.sample ? chat_sampling(o.seed) : SamplingParams{};
   be->start_sampling(*seq, sampling, {});
@@ -154,10 +254,7 @@ int run_bench(const BenchOptions& o) {
       o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"
                : "greedy (arg-max)";
 
-  const size_t weights = be->weights().active_bytes_per_token();
-  const size_t gdn_state =
-      size_t(c.n_linear_layers()) * (2 * size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim * 4 +
-                                     2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
+  const size_t weights = be->weights().active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
   const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 2;
   std::printf(
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
@@ -166,34 +263,20 @@ int run_bench(const BenchOptions& o) {
   if (!o.leave_out.empty())
     fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
                fmt::join(o.leave_out, ","));
-  std::printf("%9s %10s %9s %10s %9s %10s %8s\n", "context", "tok/s", "ms/tok", "MB/tok", "GB/s",
-              "floor", "of floor");
   nlohmann::json rows = nlohmann::json::array();
   std::vector<PlotPoint> points;
-  for (int64_t L : lengths) {
+  if (!l.decode.empty()) print_decode_header();
+  for (int64_t L : l.decode) {
     be->fill_synthetic(*seq, L, o.seed + uint64_t(L));
     std::vector<double> secs;
     for (int r = 0; r < o.repeat; ++r) {
       be->set_length(*seq, L);
       secs.push_back(be->time_steps(*seq, o.gen));
     }
-    const double t = median(secs) / o.gen, tok_s = 1.0 / t;
     const double bytes =
         double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
-    const double floor_tok_s = copy_bw / bytes;
-    std::printf("%9lld %10.1f %9.4f %10.1f %9.0f %10.1f %7.1f%%\n", (long long)L, tok_s, t * 1e3,
-                bytes / 1e6, bytes * tok_s / 1e9, floor_tok_s, 100 * tok_s / floor_tok_s);
-    std::fflush(stdout);
-    rows.push_back({{"context", L},
-                    {"tok_s", tok_s},
-                    {"ms_per_token", t * 1e3},
-                    {"bytes_per_token", bytes},
-                    {"gb_s", bytes * tok_s / 1e9},
-                    {"floor_tok_s", floor_tok_s},
-                    {"fraction_of_floor", tok_s / floor_tok_s},
-                    {"seconds_per_repeat", secs}});
-    points.push_back({double(L), tok_s, floor_tok_s});
-    if (!o.trace.empty() && L == lengths.front()) {
+    rows.push_back(decode_row(L, secs, o.gen, bytes, copy_bw, points));
+    if (!o.trace.empty() && L == l.decode.front()) {
       be->set_length(*seq, L);
       write_trace(o.trace, be->trace_steps(*seq, 2));
     }
@@ -224,49 +307,42 @@ int run_bench(const BenchOptions& o) {
                       {"weights_on_device_bytes", be->weights().total_bytes()},
                       {"device_memory_used_bytes", mem},
                       {"decode", rows}};
-  if (!prefill_json.is_null()) j.update(prefill_json);
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    if (!f) fail("cannot write {}", o.json);
-    f << j.dump(2) << "\n";
-  }
-  if (!o.plot.empty()) write_decode_plot(o.plot, points);
+  if (!prefill.is_null()) j.update(prefill);
+  write_outputs(o, j, points);
   return 0;
-#endif
 }
+#endif
 
-// tern bench --prefill's options (bench_prefill.cpp runs the sweep).
-void add_prefill_options(CLI::App* cmd, BenchOptions& o) {
-  cmd->add_option("--prefill", o.prefill,
-                  "Comma-separated prompt lengths: time prompt processing to the last token's "
-                  "logits (alone, or with --decode)");
-  cmd->add_flag("--split", o.split,
-                "With --prefill: one more run per length timing each phase (MoE GEMMs, dense "
-                "GEMMs, GDN, attention, the rest) next to its FLOP floor");
-  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Most tokens a prefill chunk")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--gdn-chunked-from", o.chunked_from,
-                  "Chunk length from which GDN runs the chunked (WY) form, not the scan")
-      ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--moe-bn", o.moe_bn, "Grouped MoE GEMM tile: 64, 128 (0: auto)")
-      ->check(CLI::IsMember({0, 64, 128}));
-  cmd->add_option("--dense-bn", o.dense_bn, "Dense GEMM tile: 64, 128 (0: auto)")
-      ->check(CLI::IsMember({0, 64, 128}));
-  cmd->add_option("--gemm-bm", o.gemm_bm, "GEMM weight rows a tile: 128, 256")
-      ->check(CLI::IsMember({128, 256}));
+int run_bench(const BenchOptions& o) {
+  cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
+  const Lengths lengths = parse_bench_lengths(o);  // before the weights are made
+  if (o.backend != "cuda") return run_cpu_bench(o, lengths);
+#ifdef TERN_HAVE_CUDA
+  return run_cuda_bench(o, lengths);
+#else
+  fail("tern bench --backend cuda: the CUDA backend is not built into this tern");
+#endif
 }
 
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Decode and prefill speed by length (CUDA)");
+  auto* cmd = app.add_subcommand("bench", "Prompt and decode speed by length (CPU or CUDA)");
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("--model", o->model, "Checkpoint folder");
   cmd->add_option("--dummy", o->dummy,
-                  "Random weights of a preset shape, made on the GPU (35b-a3b, tiny)");
-  cmd->add_option("--backend", o->backend, "cuda")->check(CLI::IsMember({"cuda"}));
-  cmd->add_option("--decode", o->decode, "Comma-separated context lengths");
-  cmd->add_option("--gen", o->gen, "Timed tokens per repeat")
+                  "Random weights of a preset shape, made on the GPU (35b-a3b, tiny; CUDA only)");
+  cmd->add_option("--backend", o->backend,
+                  fmt::format("cpu (fast), cpu-ref (the fp32 reference) or cuda (default {})",
+                              kDefaultBackend))
+      ->check(CLI::IsMember({"cpu", "cpu-ref", "cuda"}));
+  cmd->add_option("--decode", o->decode,
+                  "Comma-separated context lengths to time decode after (default "
+                  "256,512,1024,2048,4096 when --prefill is not given)");
+  cmd->add_option("--prefill", o->prefill,
+                  "Comma-separated prompt lengths to time: forward() of that many random tokens "
+                  "to the last token's logits");
+  cmd->add_option("--gen", o->gen, "Timed decode tokens per repeat")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--repeat", o->repeat, "Repeats (the median is reported)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
@@ -294,9 +370,21 @@ Runner add_bench(CLI::App& app) {
                               fmt::join(cuda::step_kernel_names(), ", ")))
       ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
-  add_prefill_options(cmd, *o);
+  cmd->add_flag("--split", o->split,
+                "CUDA, with --prefill: one more run per length timing each phase (MoE GEMMs, "
+                "dense GEMMs, GDN, attention, the rest) next to its FLOP floor");
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "CUDA: most tokens a prefill chunk")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gdn-chunked-from", o->chunked_from,
+                  "CUDA: chunk length from which GDN runs the chunked (WY) form, not the scan")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--moe-bn", o->moe_bn, "CUDA: grouped MoE GEMM tile, 64 or 128 (0: auto)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--dense-bn", o->dense_bn, "CUDA: dense GEMM tile, 64 or 128 (0: auto)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--gemm-bm", o->gemm_bm, "CUDA: GEMM weight rows a tile, 128 or 256")
+      ->check(CLI::IsMember({128, 256}));
   return [o, cmd] {
-    o->decode_given = cmd->count("--decode") > 0;
     o->command = "tern bench";
     for (const auto& s : cmd->remaining(true)) o->command += " " + s;
     for (const CLI::Option* opt : cmd->get_options())

@@ -7,7 +7,9 @@ namespace tern::cli {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
   cmd->add_option("--model", o.model, "Checkpoint folder")->required(model_required);
-  cmd->add_option("--backend", o.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--backend", o.backend,
+                  "cpu (fast), cpu-ref (the fp32 reference the tests pin) or cuda")
+      ->check(CLI::IsMember({"cpu", "cpu-ref", "cuda"}));
   cmd->add_option("--weights", o.weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
 }
 

@@ -48,16 +48,25 @@ grep -q "prompt: 13 tokens" "$W/chat.err" && ok || bad "chat prompt length: $(ca
 expect_error "text without tokenizer" "has no tokenizer.json" "$TERN" run --model "$W/tiny" --prompt "Hello"
 expect_error "both prompts" "exactly one of" "$TERN" run --model "$W/tok" --prompt "Hello" --prompt-ids 1
 
-# score against the transformers fixture prints the agreement line.
+# score against the transformers fixture prints the agreement line: the
+# reference at its bound, the fast default at the int8 one (tests/fast_bound.h).
 python3 -c "import json,sys; json.dump(json.load(open('$GOLDEN/tokens.json'))[1], open('$W/t.json','w'))"
-"$TERN" score --model "$GOLDEN/mlx4" --tokens "$W/t.json" --out "$W/l.npy" --chunk 7 \
-  --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score"
+"$TERN" score --model "$GOLDEN/mlx4" --backend cpu-ref --tokens "$W/t.json" --out "$W/l.npy" \
+  --chunk 7 --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score"
 python3 - "$W/score" <<'PY' && ok || bad "score report"
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert set(r) == {"positions", "top1_agreement", "mean_kl", "max_abs_diff", "ppl", "ppl_reference", "ppl_ratio"}, r
 assert r["positions"] == 40 and r["top1_agreement"] == 1.0 and r["max_abs_diff"] < 1e-3, r
 assert abs(r["ppl_ratio"] - 1) < 1e-4, r
+PY
+"$TERN" score --model "$GOLDEN/mlx4" --tokens "$W/t.json" --out "$W/l.npy" --chunk 7 \
+  --reference "$GOLDEN/logits_q4_1.npy" >"$W/score" 2>/dev/null || bad "score (fast)"
+python3 - "$W/score" <<'PY' && ok || bad "score report (fast)"
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["positions"] == 40 and r["top1_agreement"] >= 0.9 and r["mean_kl"] < 0.005, r
+assert 1e-4 < r["max_abs_diff"] < 0.12 * 12.4, r  # int8 taken; 12% of the fixture's max |logit|
 PY
 
 # Bad input.
@@ -81,6 +90,19 @@ expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "
 expect_error "bad context length" "--decode: 'x' is not a positive context length" "$TERN" bench --dummy tiny --decode 4096,x
 # Exit 105: CLI11's own validation, which refuses the flag before anything runs.
 RC=105 expect_error "plot extension" "plot file '$W/p.jpg' must end in .svg or .png" "$TERN" bench --dummy tiny --plot "$W/p.jpg"
+# tern bench on the CPU: prompt and decode rows, the copy bandwidth, the plot.
+"$TERN" bench --model "$W/tiny" --backend cpu --prefill 8,16 --decode 4 --gen 2 --repeat 1 \
+  --json "$W/bench.json" --plot "$W/bench.svg" >"$W/bench.out" 2>/dev/null || bad "bench --backend cpu"
+python3 - "$W/bench.json" <<'PY' && ok || bad "bench JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["backend"] == "cpu" and j["copy_bandwidth_gb_s"] > 0 and j["weight_bytes_per_token"] > 0, j
+assert [r["tokens"] for r in j["prefill"]] == [8, 16] and all(r["tok_s"] > 0 for r in j["prefill"]), j
+d = j["decode"]
+assert [r["context"] for r in d] == [4] and d[0]["tok_s"] > 0 and 0 < d[0]["fraction_of_floor"], j
+PY
+grep -q "<svg" "$W/bench.svg" && ok || bad "bench --plot on the CPU"
+expect_error "bench dummy on the CPU" "pass --model DIR" "$TERN" bench --dummy tiny --backend cpu --decode 8
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
 if ! command -v nvidia-smi >/dev/null; then
   expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1

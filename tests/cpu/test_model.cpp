@@ -23,13 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<int32_t> some_tokens(size_t n, int vocab, uint64_t seed) {
-  CounterRng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(rng.next_u64() % uint64_t(vocab));
-  return t;
-}
-
 std::vector<float> logits_of(const std::string& dir, WeightMode mode, const std::vector<int32_t>& t,
                              int64_t chunk = 0) {
   CpuBackend b(load_model(dir, mode));
@@ -92,7 +85,7 @@ TEST(Model, PrefillChunkingAndDecodeGiveTheSameLogits) {
   const std::string dir = test::tiny_checkpoint(Layout::mlx4);
   auto w = load_model(dir, WeightMode::q4);
   CpuBackend b(w);
-  auto toks = some_tokens(150, w->cfg.vocab, 3);
+  auto toks = test::random_tokens(150, w->cfg.vocab, 3);
   std::vector<float> whole = score_tokens(b, toks, 0);
   const float bound = 1e-4f * test::max_abs(whole);
   for (int64_t chunk : {1, 7, 64, 100})
@@ -111,7 +104,7 @@ TEST(Model, DummyIsDeterministicAndWellScaled) {
       fb(b + "/model.safetensors", std::ios::binary);
   EXPECT_TRUE(
       std::equal(std::istreambuf_iterator<char>(fa), {}, std::istreambuf_iterator<char>(fb)));
-  auto toks = some_tokens(40, 1024, 9);
+  auto toks = test::random_tokens(40, 1024, 9);
   std::vector<float> l = logits_of(a, WeightMode::q4, toks);
   double mean = 0, var = 0;
   for (float x : l) mean += x;
@@ -129,7 +122,7 @@ TEST(Model, DummyIsDeterministicAndWellScaled) {
 
 TEST(Model, HfVariantsLoadToTheSameFunction) {
   const std::string hf = test::tiny_checkpoint(Layout::hf);
-  auto toks = some_tokens(20, 1024, 4);
+  auto toks = test::random_tokens(20, 1024, 4);
   std::vector<float> ref = logits_of(hf, WeightMode::bf16, toks);
   EXPECT_EQ(logits_of(per_expert_variant(hf), WeightMode::bf16, toks), ref);
 }
@@ -140,7 +133,7 @@ TEST(Model, ConvertRoundTripsAndMatchesQuantisingAtLoad) {
   convert_checkpoint(hf, out);
   auto w = load_model(out, WeightMode::q4);
   EXPECT_EQ(w->layout, "mlx");
-  auto toks = some_tokens(30, 1024, 6);
+  auto toks = test::random_tokens(30, 1024, 6);
   std::vector<float> at_load = logits_of(hf, WeightMode::q4, toks);
   std::vector<float> converted = logits_of(out, WeightMode::q4, toks);
   // Identical codes, scales and biases; the dummy's norm multipliers are exact

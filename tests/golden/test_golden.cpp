@@ -3,6 +3,8 @@
 // dims, written by transformers in the official HF layout and in the MLX 4-bit
 // layout, with float32 logits for the bf16 weights and the dequantised 4-bit
 // weights. Prefill at once, in chunks of 1, 7 and 64, and decode after prefill.
+// The fast CPU backend runs the same: with fp32 activations at the same bound,
+// with int8 activations (its default) at the bound of tests/fast_bound.h.
 //
 // Tolerance: both sides compute in fp32 from identical weight values (the
 // quantiser is bit-exact with the reference), so the only differences are
@@ -15,8 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/fast/fast_backend.h"
 #include "core/npy.h"
 #include "engine/score.h"
+#include "fast_bound.h"
 #include "test_util.h"
 
 namespace tern {
@@ -65,20 +69,40 @@ struct Case {
 
 class Golden : public testing::TestWithParam<Case> {};
 
-TEST_P(Golden, MatchesTransformers) {
-  const Case c = GetParam();
-  auto w = load_model(kGolden + "/" + c.dir, c.mode);
-  CpuBackend backend(w);
+// Every golden sequence through `b` at once, in chunks and as decode after a
+// prefill of half, each result checked by check(ours, reference, tokens, what).
+template <class Check>
+void for_each_run(Backend& b, const Case& c, const Check& check) {
   auto seqs = golden_tokens();
   for (size_t s = 0; s < seqs.size(); ++s) {
     const auto& toks = seqs[s];
     NpyArray ref = read_npy_f32(kGolden + "/" + c.logits + "_" + std::to_string(s) + ".npy");
+    const std::string what = b.name() + " " + c.dir + " seq " + std::to_string(s);
     for (int64_t chunk : {0, 1, 7, 64})
-      expect_matches(
-          score_tokens(backend, toks, chunk), ref, toks,
-          std::string(c.dir) + " seq " + std::to_string(s) + " chunk " + std::to_string(chunk));
-    expect_matches(prefill_then_decode(backend, toks, toks.size() / 2), ref, toks,
-                   std::string(c.dir) + " decode after prefill, seq " + std::to_string(s));
+      check(score_tokens(b, toks, chunk), ref, toks, what + " chunk " + std::to_string(chunk));
+    check(prefill_then_decode(b, toks, toks.size() / 2), ref, toks, what + " decode after prefill");
+  }
+}
+
+TEST_P(Golden, MatchesTransformers) {
+  const Case c = GetParam();
+  CpuBackend backend(load_model(kGolden + "/" + c.dir, c.mode));
+  for_each_run(backend, c, expect_matches);
+}
+
+TEST_P(Golden, FastBackendMatchesTransformers) {
+  const Case c = GetParam();
+  auto w = load_model(kGolden + "/" + c.dir, c.mode);
+  for (cpu::fast::Isa isa : cpu::fast::supported_isas()) {
+    FastCpuBackend exact(w, isa, false);
+    for_each_run(exact, c, expect_matches);
+    FastCpuBackend fast(w, isa);
+    for_each_run(fast, c,
+                 [&](const std::vector<float>& ours, const NpyArray& ref,
+                     const std::vector<int32_t>& toks, const std::string& what) {
+                   test::expect_within_int8_bound(ours, ref.data, toks, w->cfg.vocab,
+                                                  what + " " + cpu::fast::isa_name(isa));
+                 });
   }
 }
 

@@ -19,21 +19,25 @@ std::unique_ptr<Sequence> CpuBackend::new_sequence() {
   return std::make_unique<CpuSequence>(w_->cfg);
 }
 
-void CpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Logits which,
-                         std::vector<float>& logits) {
-  auto& seq = dynamic_cast<CpuSequence&>(seq_base);
+void CpuBackend::check_tokens(const CpuSequence& seq, std::span<const int32_t> tokens) const {
   const ModelConfig& c = w_->cfg;
-  const int64_t T = int64_t(tokens.size()), D = c.hidden;
+  const int64_t T = int64_t(tokens.size());
   if (T == 0) fail("forward needs at least one token");
   if (seq.length() + T > c.max_positions)
     fail("sequence of {} tokens exceeds the model's {} positions", seq.length() + T,
          c.max_positions);
-  std::vector<float> h(size_t(T * D)), a(size_t(T * D)), y(size_t(T * D));
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = tokens[size_t(t)];
+  for (const int32_t id : tokens)
     if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
-    w_->embed.dequant_row(id, &h[size_t(t * D)]);
-  }
+}
+
+void CpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Logits which,
+                         std::vector<float>& logits) {
+  auto& seq = dynamic_cast<CpuSequence&>(seq_base);
+  check_tokens(seq, tokens);
+  const ModelConfig& c = w_->cfg;
+  const int64_t T = int64_t(tokens.size()), D = c.hidden;
+  std::vector<float> h(size_t(T * D)), a(size_t(T * D)), y(size_t(T * D));
+  for (int64_t t = 0; t < T; ++t) w_->embed.dequant_row(tokens[size_t(t)], &h[size_t(t * D)]);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = w_->layers[size_t(i)];
     for (int64_t t = 0; t < T; ++t)
@@ -48,7 +52,7 @@ void CpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Lo
     cpu::moe_forward(c, L.moe, a.data(), T, y.data());
     for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
   }
-  seq.length_ += T;
+  advance(seq, T);
   if (which == Logits::none) {
     logits.clear();
     return;

@@ -1,6 +1,7 @@
-// The CPU backend: the reference forward pass every other backend is tested
-// against. fp32 activations, weights expanded a row block at a time,
-// multithreaded over the global thread pool.
+// The CPU reference backend (--backend cpu-ref): the forward pass every other
+// backend is tested against. fp32 activations, weights expanded a row block at
+// a time, multithreaded over the global thread pool. The fast CPU backend
+// (fast/fast_backend.h) derives from it and shares its sequence state.
 #pragma once
 
 #include "backends/cpu/attention.h"
@@ -30,9 +31,13 @@ class CpuBackend : public Backend {
   size_t sequence_bytes(const Sequence& seq) const override;
   int64_t prefill_chunk() const override { return 128; }
   const ModelConfig& config() const override { return w_->cfg; }
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return "cpu-ref"; }
 
- private:
+ protected:
+  // Throws on an empty call, too many positions or a token outside the vocabulary.
+  void check_tokens(const CpuSequence& seq, std::span<const int32_t> tokens) const;
+  static void advance(CpuSequence& seq, int64_t n) { seq.length_ += n; }
+
   std::shared_ptr<const ModelWeights> w_;
   cpu::DeltaForm form_;
 };

@@ -1,0 +1,119 @@
+// Micro-benchmark of the fast CPU backend's 4-bit matmul per instruction set:
+// decode (one token, a matrix far larger than L3, so memory streams) and
+// prefill shapes (many tokens over a matrix in cache), in GB/s of packed
+// weights and G multiply-adds/s, beside the machine's memory bandwidth.
+// Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, expert, dense64,
+// dense512; default all)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/fast/kernels.h"
+#include "backends/cpu/fast/memory_bandwidth.h"
+#include "core/rng.h"
+
+using namespace tern;
+using namespace tern::cpu::fast;
+
+namespace {
+
+struct Matrix {
+  std::vector<uint32_t> packed;
+  std::vector<uint16_t> scales, biases;
+  QTensor t;
+};
+
+Matrix random_q4(int64_t rows, int64_t cols) {
+  Matrix m;
+  CounterRng rng(7);
+  m.packed.resize(size_t(rows * cols / 8));
+  for (auto& w : m.packed) w = uint32_t(rng.next_u64());
+  m.scales.assign(size_t(rows * cols / 64), 0x3c00);  // bf16 0.0078
+  m.biases.assign(size_t(rows * cols / 64), 0xbd80);  // bf16 -0.0625
+  m.t.fmt = WFormat::affine;
+  m.t.dtype = DType::bf16;
+  m.t.rows = rows;
+  m.t.cols = cols;
+  m.t.bits = 4;
+  m.t.group = 64;
+  m.t.data = reinterpret_cast<const uint8_t*>(m.packed.data());
+  m.t.scales = reinterpret_cast<const uint8_t*>(m.scales.data());
+  m.t.biases = reinterpret_cast<const uint8_t*>(m.biases.data());
+  return m;
+}
+
+struct Acts {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  QRows rows;
+};
+
+Acts random_acts(const Kernels& k, int64_t T, int64_t cols) {
+  CounterRng rng(3);
+  std::vector<float> x(size_t(T * cols));
+  for (float& v : x) v = rng.normal();
+  Acts a;
+  a.q.resize(x.size());
+  a.d.resize(size_t(T * cols / 64));
+  a.s.resize(a.d.size());
+  for (int64_t t = 0; t < T; ++t)
+    k.quantize(&x[size_t(t * cols)], cols, &a.q[size_t(t * cols)], &a.d[size_t(t * cols / 64)],
+               &a.s[size_t(t * cols / 64)]);
+  a.rows = {a.q.data(), a.d.data(), a.s.data(), cols, nullptr};
+  return a;
+}
+
+double best_seconds(int reps, const auto& fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int64_t block,
+               int reps, const char* what, const std::string& only, const char* name) {
+  if (!only.empty() && only != name) return;
+  Acts a = random_acts(k, T, m.t.cols);
+  std::vector<float> y(size_t(T * m.t.rows));
+  const OutRows o{y.data(), m.t.rows, nullptr, nullptr, false};
+  const size_t items = size_t((m.t.rows + block - 1) / block);
+  auto fn = [&] {
+    pool.run(items, [&](size_t i, int) {
+      const int64_t r0 = int64_t(i) * block;
+      k.gemm_q4(m.t, r0, std::min(m.t.rows, r0 + block), a.rows, T, o);
+    });
+  };
+  fn();
+  const double s = best_seconds(reps, fn);
+  const double macs = double(m.t.rows) * double(m.t.cols) * double(T);
+  std::printf("%-8s %-28s rows %6lld cols %5lld T %4lld: %8.3f ms  %6.1f GB/s  %6.1f GMAC/s\n",
+              k.name, what, (long long)m.t.rows, (long long)m.t.cols, (long long)T, s * 1e3,
+              double(m.t.bytes()) / s / 1e9, macs / s / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  WorkPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
+  const std::string want_isa = argc > 2 ? argv[2] : "", only = argc > 3 ? argv[3] : "";
+  const MemoryBandwidth bw = measure_memory_bandwidth(pool);
+  std::printf("threads %d: copy %.1f GB/s (read + write), read %.1f GB/s\n", pool.size(),
+              bw.copy / 1e9, bw.read / 1e9);
+  const Matrix big = random_q4(131072, 2048);  // 151 MB: streams from memory
+  const Matrix expert = random_q4(1024, 2048), dense = random_q4(8192, 2048);
+  for (Isa isa : supported_isas()) {
+    if (!want_isa.empty() && want_isa != isa_name(isa)) continue;
+    const Kernels& k = kernels(isa);
+    run_shape(k, pool, big, 1, 64, 5, "decode, from memory", only, "decode-memory");
+    run_shape(k, pool, expert, 1, 64, 50, "decode, in cache", only, "decode-cache");
+    run_shape(k, pool, expert, 16, 64, 20, "expert, 16 tokens", only, "expert");
+    run_shape(k, pool, dense, 64, 64, 3, "dense, 64 tokens", only, "dense64");
+    run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
+  }
+}

@@ -1,0 +1,120 @@
+#include "backends/cpu/fast/fast_backend.h"
+
+#include <algorithm>
+
+#include "backends/cpu/fast/attention_layer.h"
+#include "backends/cpu/fast/gdn_layer.h"
+#include "backends/cpu/fast/moe_layer.h"
+#include "backends/cpu/fast/prefault.h"
+#include "backends/cpu/ops.h"
+#include "core/error.h"
+
+namespace tern {
+
+namespace cpu::fast {
+
+namespace {
+
+constexpr int64_t kMaxChunk = 512;  // tokens of a prompt processed at once
+
+}  // namespace
+
+// The forward pass over one chunk of tokens, and every buffer it reuses.
+class Model {
+ public:
+  Model(const ModelWeights& w, Isa isa, bool int8)
+      : w_(w), ctx_{WorkPool::global(), kernels(isa), int8, {}} {
+    const ModelConfig& c = w.cfg;
+    if (c.conv_kernel > 9) fail("the fast CPU backend takes conv kernels of at most 9 taps");
+    if (c.top_k > 32) fail("the fast CPU backend routes to at most 32 experts a token");
+    prefault_weights(w, ctx_.pool);
+    conv_t_.resize(size_t(c.n_layers));
+    for (int i = 0; i < c.n_layers; ++i)
+      if (c.layer_types[size_t(i)] == LayerType::linear_attention)
+        conv_t_[size_t(i)] = transpose_conv(c, w.layers[size_t(i)].gdn);
+  }
+
+  Isa isa() const { return ctx_.k.isa; }
+
+  // Runs tokens after the positions in seq; the logits of rows [first, T) to out.
+  void chunk(CpuSequence& seq, std::span<const int32_t> tokens, int64_t first, float* out) {
+    const ModelConfig& c = w_.cfg;
+    const int64_t T = int64_t(tokens.size()), D = c.hidden;
+    float* h = grow(h_, size_t(T * D));
+    float* a = grow(a_, size_t(T * D));
+    float* y = grow(y_, size_t(T * D));
+    for (int64_t t = 0; t < T; ++t) w_.embed.dequant_row(tokens[size_t(t)], h + t * D);
+    const float* pending = nullptr;  // the last block's output, not yet added to h
+    for (int i = 0; i < c.n_layers; ++i) {
+      const LayerWeights& L = w_.layers[size_t(i)];
+      norm_rows(h, pending, L.in_norm, T, a);
+      if (L.type == LayerType::linear_attention)
+        gdn_.forward(ctx_, c, L.gdn, conv_t_[size_t(i)], act_, T, seq.gdn[size_t(i)], y);
+      else
+        attn_.forward(ctx_, c, L.attn, act_, T, seq.length(), seq.kv[size_t(i)], y);
+      norm_rows(h, y, L.post_norm, T, a);
+      moe_.forward(ctx_, c, L.moe, act_, T, y);
+      pending = y;
+    }
+    const int64_t n = T - first;
+    norm_rows(h + first * D, pending + first * D, w_.final_norm, n, a);
+    const MatmulJob head[] = {{&w_.lm_head, &act_, nullptr, n, {out, c.vocab}}};
+    ctx_.mm.run(ctx_.pool, ctx_.k, head);
+  }
+
+ private:
+  // h += y (when y is given), then a = RMSNorm(h) * w, quantised into act_.
+  void norm_rows(float* h, const float* y, const std::vector<float>& w, int64_t T, float* a) {
+    const int64_t D = w_.cfg.hidden;
+    ctx_.pool.run(size_t(T), [&](size_t t, int) {
+      float* ht = h + int64_t(t) * D;
+      if (y)
+        for (int64_t d = 0; d < D; ++d) ht[d] += y[int64_t(t) * D + d];
+      rms_norm(ht, w.data(), D, w_.cfg.rms_eps, a + int64_t(t) * D);
+    });
+    act_.set(ctx_.pool, ctx_.k, a, D, T, D, ctx_.int8);
+  }
+
+  const ModelWeights& w_;
+  Context ctx_;
+  std::vector<std::vector<float>> conv_t_;
+  std::vector<float> h_, a_, y_;
+  Activations act_;
+  GdnLayer gdn_;
+  AttentionLayer attn_;
+  MoeLayer moe_;
+};
+
+}  // namespace cpu::fast
+
+FastCpuBackend::FastCpuBackend(std::shared_ptr<const ModelWeights> w, cpu::fast::Isa isa,
+                               bool int8_activations)
+    : CpuBackend(std::move(w)),
+      model_(std::make_unique<cpu::fast::Model>(*w_, isa, int8_activations)) {}
+
+FastCpuBackend::~FastCpuBackend() = default;
+
+cpu::fast::Isa FastCpuBackend::isa() const {
+  return model_->isa();
+}
+
+void FastCpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Logits which,
+                             std::vector<float>& logits) {
+  auto& seq = dynamic_cast<CpuSequence&>(seq_base);
+  check_tokens(seq, tokens);
+  const int64_t T = int64_t(tokens.size()), V = w_->cfg.vocab;
+  logits.resize(which == Logits::none ? 0 : size_t((which == Logits::all ? T : 1) * V));
+  for (int64_t c0 = 0; c0 < T; c0 += cpu::fast::kMaxChunk) {
+    const int64_t n = std::min(cpu::fast::kMaxChunk, T - c0);
+    // Every row's logits for Logits::all; the last row of the last chunk for
+    // Logits::last; none for Logits::none.
+    const int64_t first = which == Logits::all                      ? 0
+                          : which == Logits::last && c0 + n == T ? n - 1
+                                                                   : n;
+    model_->chunk(seq, tokens.subspan(size_t(c0), size_t(n)), first,
+                  logits.data() + (which == Logits::all ? c0 * V : 0));
+    advance(seq, n);
+  }
+}
+
+}  // namespace tern

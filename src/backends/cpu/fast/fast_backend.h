@@ -1,0 +1,40 @@
+// The fast CPU backend (--backend cpu, the default): the reference's model and
+// sequence state (CpuSequence: fp32 conv and recurrent state, fp32 K/V rows),
+// computed with 4-bit x int8 integer dot products, fused MoE, blocked
+// attention and the chunked delta rule, on a spinning work pool, with the
+// kernels of the widest instruction set the CPU has (kernels.h). Prompts are
+// processed in chunks of at most 512 tokens; buffers grow to the largest call
+// and are reused, so decode allocates nothing per token.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/fast/kernels.h"
+
+namespace tern {
+
+namespace cpu::fast {
+class Model;
+}
+
+class FastCpuBackend : public CpuBackend {
+ public:
+  // int8_activations false: every matmul in fp32 (the reference's arithmetic
+  // in this backend's structure; tests pin the structure with it).
+  explicit FastCpuBackend(std::shared_ptr<const ModelWeights> w,
+                          cpu::fast::Isa isa = cpu::fast::default_isa(),
+                          bool int8_activations = true);
+  ~FastCpuBackend() override;
+  void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
+               std::vector<float>& logits) override;
+  // Whole chunks: the MoE reuses each expert's weights over more rows.
+  int64_t prefill_chunk() const override { return cpu::fast::kMaxChunk; }
+  std::string name() const override { return "cpu"; }
+  cpu::fast::Isa isa() const;
+
+ private:
+  std::unique_ptr<cpu::fast::Model> model_;
+};
+
+}  // namespace tern

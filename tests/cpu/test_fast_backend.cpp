@@ -1,0 +1,164 @@
+// The fast CPU backend end to end on tiny random checkpoints, for every
+// instruction set this CPU runs: with fp32 activations it is the reference's
+// function (its structure: fused MoE, blocked attention, chunked delta rule,
+// chunked prompts); with int8 activations (the default) it stays within the
+// bound below; prefill at once, in chunks or token by token agree; greedy
+// decoding follows the reference; decode allocates nothing per token.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "backends/cpu/fast/fast_backend.h"
+#include "engine/sampler.h"
+#include "engine/score.h"
+#include "fast_bound.h"
+#include "test_util.h"
+
+// Counts heap allocations while armed (operator new and delete replaced for
+// this binary, on malloc and free; GCC cannot see that they pair up).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+
+namespace tern {
+
+using cpu::fast::Isa;
+
+namespace {
+
+std::string isa_label(const testing::TestParamInfo<Isa>& p) {
+  return cpu::fast::isa_name(p.param);
+}
+
+}  // namespace
+
+class FastBackend : public testing::TestWithParam<Isa> {
+ protected:
+  static std::shared_ptr<const ModelWeights> tiny() {
+    static auto w = load_model(test::tiny_checkpoint(Layout::mlx4, 7), WeightMode::q4);
+    return w;
+  }
+};
+
+// fp32 activations: the reference's arithmetic, so its bound (1e-4 x
+// max|logit|, the golden tests'): a 600-token prompt at once (split at 512
+// inside, the chunked delta rule from 64 tokens), and 150 tokens in chunks.
+TEST_P(FastBackend, WithFp32ActivationsIsTheReferenceFunction) {
+  CpuBackend ref(tiny());
+  FastCpuBackend fast(tiny(), GetParam(), false);
+  const auto long_prompt = test::random_tokens(600, tiny()->cfg.vocab, 3);
+  const std::vector<float> want = score_tokens(ref, long_prompt, 0);
+  EXPECT_LE(test::max_abs_diff(score_tokens(fast, long_prompt, 0), want),
+            1e-4f * test::max_abs(want));
+  const auto toks = std::span(long_prompt).first(150);
+  const std::vector<float> want150(want.begin(), want.begin() + 150 * tiny()->cfg.vocab);
+  for (int64_t chunk : {1, 7, 64, 100})
+    EXPECT_LE(test::max_abs_diff(score_tokens(fast, toks, chunk), want150),
+              1e-4f * test::max_abs(want150))
+        << chunk;
+}
+
+TEST_P(FastBackend, WithInt8ActivationsStaysWithinTheBound) {
+  CpuBackend ref(tiny());
+  FastCpuBackend fast(tiny(), GetParam());
+  const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 4);
+  const std::vector<float> want = score_tokens(ref, toks, 0), got = score_tokens(fast, toks, 0);
+  test::expect_within_int8_bound(got, want, toks, tiny()->cfg.vocab, "fast vs reference");
+  EXPECT_GT(test::max_abs_diff(got, want), 1e-3f * test::max_abs(want));  // int8 was taken
+}
+
+// Chunks change which rows share a kernel call, not the arithmetic of a row,
+// but an input a rounding away from a code's boundary can round either way:
+// the chunkings agree within the same bound.
+TEST_P(FastBackend, PrefillAtOnceInChunksAndTokenByTokenAgree) {
+  FastCpuBackend fast(tiny(), GetParam());
+  const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 5);
+  const std::vector<float> whole = score_tokens(fast, toks, 0);
+  for (int64_t chunk : {1, 7, 64, 100})
+    test::expect_within_int8_bound(score_tokens(fast, toks, chunk), whole, toks, tiny()->cfg.vocab,
+                                   "chunk " + std::to_string(chunk));
+}
+
+namespace {
+
+// 128 greedy tokens after a prompt, and the logits each was chosen from.
+std::vector<int32_t> greedy(Backend& b, std::vector<std::vector<float>>* logits_seen = nullptr) {
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35};
+  auto s = b.new_sequence();
+  std::vector<float> logits;
+  b.forward(*s, prompt, Logits::last, logits);
+  std::vector<int32_t> out;
+  for (int i = 0; i < 128; ++i) {
+    if (logits_seen) logits_seen->push_back(logits);
+    out.push_back(argmax(logits));
+    b.forward(*s, std::span(&out.back(), 1), Logits::last, logits);
+  }
+  return out;
+}
+
+}  // namespace
+
+// With fp32 activations: the reference's 128 greedy tokens exactly. With
+// int8: the same tokens up to the first step where the reference's best two
+// are within the int8 bound of each other (a near-tie on this random dummy,
+// typically after ~10 tokens); the step it departs at must be one.
+TEST_P(FastBackend, GreedyDecodingFollowsTheReference) {
+  CpuBackend ref(tiny());
+  std::vector<std::vector<float>> ref_logits;
+  const std::vector<int32_t> want = greedy(ref, &ref_logits);
+  FastCpuBackend exact(tiny(), GetParam(), false);
+  EXPECT_EQ(greedy(exact), want);
+  FastCpuBackend fast(tiny(), GetParam());
+  const std::vector<int32_t> got = greedy(fast);
+  const size_t i = size_t(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+  if (i == got.size()) return;
+  const std::vector<float>& l = ref_logits[i];
+  EXPECT_LE(l[size_t(want[i])] - l[size_t(got[i])], test::Int8Bound::max_diff * test::max_abs(l))
+      << "departed from the reference at step " << i;
+}
+
+TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
+  FastCpuBackend fast(tiny(), GetParam());
+  auto s = fast.new_sequence();
+  std::vector<float> logits;
+  const auto toks = test::random_tokens(40, tiny()->cfg.vocab, 6);
+  fast.forward(*s, toks, Logits::last, logits);
+  int32_t next = 1;
+  // Warm up: the first steps size the buffers; the KV cache then holds 80 positions.
+  for (int i = 0; i < 2; ++i) fast.forward(*s, std::span(&next, 1), Logits::last, logits);
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 30; ++i) fast.forward(*s, std::span(&next, 1), Logits::last, logits);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::fast::supported_isas()),
+                         isa_label);
+
+TEST(FastBackend, IsTheDefaultCpuBackend) {
+  auto w = load_model(test::tiny_checkpoint(Layout::mlx4, 7), WeightMode::q4);
+  EXPECT_EQ(make_backend("cpu", w)->name(), "cpu");
+  EXPECT_NE(dynamic_cast<FastCpuBackend*>(make_backend("cpu", w).get()), nullptr);
+  EXPECT_EQ(make_backend("cpu-ref", w)->name(), "cpu-ref");
+  EXPECT_EQ(dynamic_cast<FastCpuBackend*>(make_backend("cpu-ref", w).get()), nullptr);
+}
+
+}  // namespace tern
