@@ -1,0 +1,14 @@
+// Expressions to automata: every rule's body is expanded into a
+// nondeterministic automaton (Thompson's construction) and made deterministic
+// by the subset construction, one rule at a time. Internal to compile().
+#pragma once
+
+#include "grammar/grammar.h"
+#include "grammar/pda.h"
+
+namespace tern::grammar {
+
+// The automata of every rule of g, unchecked and untrimmed (pda_checks.cpp).
+Pda determinize(const Grammar& g);
+
+}  // namespace tern::grammar

@@ -1,0 +1,150 @@
+#include "grammar/grammar.h"
+
+namespace tern::grammar {
+
+ByteSet ByteSet::range(uint8_t lo, uint8_t hi) {
+  ByteSet s;
+  s.add(lo, hi);
+  return s;
+}
+
+void ByteSet::add(uint8_t lo, uint8_t hi) {
+  for (int b = lo; b <= hi; ++b) bits_[size_t(b >> 6)] |= uint64_t(1) << (b & 63);
+}
+
+std::vector<std::pair<uint8_t, uint8_t>> ByteSet::runs() const {
+  std::vector<std::pair<uint8_t, uint8_t>> out;
+  for (int b = 0; b < 256; ++b) {
+    if (!contains(uint8_t(b))) continue;
+    int e = b;
+    while (e + 1 < 256 && contains(uint8_t(e + 1))) ++e;
+    out.emplace_back(uint8_t(b), uint8_t(e));
+    b = e;
+  }
+  return out;
+}
+
+ByteSet& ByteSet::operator|=(const ByteSet& o) {
+  for (size_t i = 0; i < 4; ++i) bits_[i] |= o.bits_[i];
+  return *this;
+}
+
+namespace {
+
+ExprPtr make(Expr::Kind kind, Expr e = {}) {
+  e.kind = kind;
+  return std::make_shared<const Expr>(std::move(e));
+}
+
+}  // namespace
+
+ExprPtr empty() {
+  static const ExprPtr e = make(Expr::Kind::empty);
+  return e;
+}
+
+ExprPtr nothing() {
+  static const ExprPtr e = make(Expr::Kind::nothing);
+  return e;
+}
+
+ExprPtr bytes(const ByteSet& set) {
+  if (set.empty()) return nothing();
+  Expr e;
+  e.bytes = set;
+  return make(Expr::Kind::bytes, std::move(e));
+}
+
+ExprPtr byte_range(uint8_t lo, uint8_t hi) {
+  return bytes(ByteSet::range(lo, hi));
+}
+
+ExprPtr literal(std::string_view text) {
+  std::vector<ExprPtr> items;
+  items.reserve(text.size());
+  for (char c : text) items.push_back(byte_range(uint8_t(c), uint8_t(c)));
+  return seq(std::move(items));
+}
+
+ExprPtr tokens(std::vector<int32_t> ids) {
+  if (ids.empty()) return nothing();
+  Expr e;
+  e.tokens = std::move(ids);
+  return make(Expr::Kind::tokens, std::move(e));
+}
+
+ExprPtr ref(int rule) {
+  Expr e;
+  e.rule = rule;
+  return make(Expr::Kind::ref, std::move(e));
+}
+
+ExprPtr seq(std::vector<ExprPtr> items) {
+  std::vector<ExprPtr> kept;
+  for (ExprPtr& e : items) {
+    if (e->kind == Expr::Kind::nothing) return nothing();
+    if (e->kind == Expr::Kind::empty) continue;
+    if (e->kind == Expr::Kind::seq)
+      kept.insert(kept.end(), e->items.begin(), e->items.end());
+    else
+      kept.push_back(std::move(e));
+  }
+  if (kept.empty()) return empty();
+  if (kept.size() == 1) return kept[0];
+  Expr e;
+  e.items = std::move(kept);
+  return make(Expr::Kind::seq, std::move(e));
+}
+
+ExprPtr alt(std::vector<ExprPtr> items) {
+  std::vector<ExprPtr> kept;
+  for (ExprPtr& e : items)
+    if (e->kind != Expr::Kind::nothing) kept.push_back(std::move(e));
+  if (kept.empty()) return nothing();
+  if (kept.size() == 1) return kept[0];
+  Expr e;
+  e.items = std::move(kept);
+  return make(Expr::Kind::alt, std::move(e));
+}
+
+ExprPtr repeat(ExprPtr item, int min, int max) {
+  if (max >= 0 && max < min) return nothing();
+  if (max == 0 || item->kind == Expr::Kind::empty) return empty();
+  if (item->kind == Expr::Kind::nothing) return min == 0 ? empty() : nothing();
+  if (min == 1 && max == 1) return item;
+  Expr e;
+  e.items = {std::move(item)};
+  e.min = min;
+  e.max = max;
+  return make(Expr::Kind::repeat, std::move(e));
+}
+
+ExprPtr graph(ExprGraph g) {
+  Expr e;
+  e.graph = std::make_shared<const ExprGraph>(std::move(g));
+  return make(Expr::Kind::graph, std::move(e));
+}
+
+int Grammar::declare(std::string name) {
+  names_.push_back(std::move(name));
+  bodies_.push_back(nullptr);
+  return int(names_.size()) - 1;
+}
+
+void Grammar::define(int rule, ExprPtr body) {
+  bodies_[size_t(rule)] = std::move(body);
+}
+
+int Grammar::add(std::string name, ExprPtr body) {
+  int r = declare(std::move(name));
+  define(r, std::move(body));
+  return r;
+}
+
+int Grammar::find(std::string_view name) const {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == name) return int(i);
+  return -1;
+}
+
+}  // namespace tern::grammar
