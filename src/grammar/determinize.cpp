@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "grammar/minimize.h"
 
 namespace tern::grammar {
 namespace {
@@ -155,38 +159,43 @@ struct VectorHash {
   }
 };
 
+// The subset construction for one rule: each state is the set of NFA states
+// the bytes so far may have reached.
 class SubsetBuilder {
  public:
-  SubsetBuilder(const Nfa& nfa, Pda& pda) : nfa_(nfa), pda_(pda), mark_(nfa.out.size(), 0) {}
+  explicit SubsetBuilder(const Nfa& nfa) : nfa_(nfa), mark_(nfa.out.size(), 0) {}
 
-  // Builds rule r's automaton from its NFA start and accepting state.
-  int32_t build(int32_t rule, int start, int accept) {
-    rule_ = rule;
+  // Rule r's automaton from its NFA start and accepting state; `budget`: states allowed.
+  RuleDfa build(int start, int accept, size_t budget) {
     accept_ = accept;
+    budget_ = budget;
     ids_.clear();
-    int32_t first = intern(closure({start}));
+    dfa_.states.clear();
+    intern(closure(std::span(&start, 1)));
     while (!todo_.empty()) {
       auto [id, set] = std::move(todo_.back());
       todo_.pop_back();
       expand(id, set);
     }
-    return first;
+    return std::move(dfa_);
   }
 
  private:
-  // The states reachable by empty edges, keeping those with other edges and the accepting one.
-  std::vector<int> closure(std::vector<int> stack) {
+  // The states reachable by empty edges from `seeds`, keeping those with
+  // other edges and the accepting one, sorted.
+  std::vector<int> closure(std::span<const int> seeds) {
     ++gen_;
+    stack_.assign(seeds.begin(), seeds.end());
     std::vector<int> out;
-    while (!stack.empty()) {
-      int s = stack.back();
-      stack.pop_back();
+    while (!stack_.empty()) {
+      int s = stack_.back();
+      stack_.pop_back();
       if (mark_[size_t(s)] == gen_) continue;
       mark_[size_t(s)] = gen_;
       bool keep = s == accept_;
       for (const NEdge& e : nfa_.out[size_t(s)]) {
         if (e.kind == NEdge::eps)
-          stack.push_back(e.to);
+          stack_.push_back(e.to);
         else
           keep = true;
       }
@@ -199,83 +208,135 @@ class SubsetBuilder {
   int32_t intern(std::vector<int> set) {
     auto it = ids_.find(set);
     if (it != ids_.end()) return it->second;
-    if (pda_.nodes.size() >= kMaxStates)
+    if (dfa_.states.size() >= budget_)
       fail("the grammar is too large (more than {} states); reduce repetition counts", kMaxStates);
-    auto id = int32_t(pda_.nodes.size());
-    Pda::Node node;
-    node.rule = rule_;
-    node.final = std::binary_search(set.begin(), set.end(), accept_);
-    pda_.nodes.push_back(node);
-    nodes_edges_.emplace_back();
+    auto id = int32_t(dfa_.states.size());
+    dfa_.states.emplace_back();
+    dfa_.states.back().final = std::binary_search(set.begin(), set.end(), accept_);
     ids_.emplace(set, id);
     todo_.emplace_back(id, std::move(set));
     return id;
   }
 
   void expand(int32_t id, const std::vector<int>& set) {
-    std::vector<const NEdge*> bytes;
-    std::map<int32_t, std::vector<int>> calls, toks;
+    bytes_.clear();
+    others_.clear();
     for (int s : set)
       for (const NEdge& e : nfa_.out[size_t(s)]) {
-        if (e.kind == NEdge::byte) bytes.push_back(&e);
-        if (e.kind == NEdge::call) calls[e.arg].push_back(e.to);
-        if (e.kind == NEdge::token) toks[e.arg].push_back(e.to);
+        if (e.kind == NEdge::byte) bytes_.push_back(&e);
+        if (e.kind == NEdge::call || e.kind == NEdge::token) others_.push_back(&e);
       }
-    Built b;  // intern() grows nodes_edges_: filled in at the end
+    RuleDfa::State st;  // intern() grows dfa_.states: stored at the end
+    st.final = dfa_.states[size_t(id)].final;
     // Elementary byte intervals between the edges' boundaries, adjacent equal targets merged.
-    std::vector<int> cuts;
-    for (const NEdge* e : bytes) cuts.push_back(e->lo), cuts.push_back(e->hi + 1);
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    std::vector<int> prev_targets;
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      int lo = cuts[i], hi = cuts[i + 1] - 1;
-      std::vector<int> targets;
-      for (const NEdge* e : bytes)
-        if (e->lo <= lo && hi <= e->hi) targets.push_back(e->to);
-      if (targets.empty()) {
-        prev_targets.clear();
+    cuts_.clear();
+    for (const NEdge* e : bytes_) cuts_.push_back(e->lo), cuts_.push_back(e->hi + 1);
+    std::sort(cuts_.begin(), cuts_.end());
+    cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
+    prev_.clear();
+    for (size_t i = 0; i + 1 < cuts_.size(); ++i) {
+      int lo = cuts_[i], hi = cuts_[i + 1] - 1;
+      targets_.clear();
+      for (const NEdge* e : bytes_)
+        if (e->lo <= lo && hi <= e->hi) targets_.push_back(e->to);
+      if (targets_.empty()) {
+        prev_.clear();
         continue;
       }
-      if (!b.edges.empty() && targets == prev_targets && b.edges.back().hi + 1 == lo) {
-        b.edges.back().hi = uint8_t(hi);
+      if (!st.edges.empty() && targets_ == prev_ && st.edges.back().hi + 1 == lo) {
+        st.edges.back().hi = uint8_t(hi);
         continue;
       }
-      prev_targets = targets;
-      b.edges.push_back({uint8_t(lo), uint8_t(hi), intern(closure(std::move(targets)))});
+      prev_ = targets_;
+      st.edges.push_back({uint8_t(lo), uint8_t(hi), intern(closure(targets_))});
     }
-    for (auto& [rule, targets] : calls) b.calls.push_back({rule, intern(closure(targets))});
-    for (auto& [tok, targets] : toks) b.tokens.push_back({tok, intern(closure(targets))});
-    nodes_edges_[size_t(id)] = std::move(b);
+    // Calls and tokens, grouped by rule / token.
+    std::sort(others_.begin(), others_.end(), [](const NEdge* a, const NEdge* b) {
+      return a->kind != b->kind ? a->kind < b->kind : a->arg < b->arg;
+    });
+    for (size_t i = 0; i < others_.size();) {
+      size_t j = i;
+      targets_.clear();
+      for (; j < others_.size() && others_[j]->kind == others_[i]->kind &&
+             others_[j]->arg == others_[i]->arg;
+           ++j)
+        targets_.push_back(others_[j]->to);
+      const int32_t to = intern(closure(targets_));
+      if (others_[i]->kind == NEdge::call)
+        st.calls.push_back({others_[i]->arg, to});
+      else
+        st.tokens.push_back({others_[i]->arg, to});
+      i = j;
+    }
+    dfa_.states[size_t(id)] = std::move(st);
   }
 
- public:
-  struct Built {
-    std::vector<Pda::Edge> edges;
-    std::vector<Pda::Call> calls;
-    std::vector<Pda::TokenEdge> tokens;
-  };
-  std::vector<Built> nodes_edges_;
-
- private:
   const Nfa& nfa_;
-  Pda& pda_;
+  std::vector<const NEdge*> bytes_, others_;  // buffers of expand()
+  std::vector<int> cuts_, targets_, prev_, stack_;
   std::vector<uint32_t> mark_;
   uint32_t gen_ = 0;
-  int32_t rule_ = 0;
   int accept_ = 0;
+  size_t budget_ = 0;
+  RuleDfa dfa_;
   std::unordered_map<std::vector<int>, int32_t, VectorHash> ids_;
   std::vector<std::pair<int32_t, std::vector<int>>> todo_;
 };
 
+// Automata of keyed rules (Grammar::set_key), for every grammar of the process.
+class KeyedRules {
+ public:
+  std::shared_ptr<const RuleDfa> find(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    auto it = rules_.find(key);
+    return it == rules_.end() ? nullptr : it->second;
+  }
+  void add(const std::string& key, std::shared_ptr<const RuleDfa> dfa) {
+    std::lock_guard lock(mutex_);
+    if (states_ + dfa->states.size() > kMaxKeptStates) rules_.clear(), states_ = 0;
+    states_ += dfa->states.size();
+    rules_.emplace(key, std::move(dfa));
+  }
+
+ private:
+  static constexpr size_t kMaxKeptStates = 4 * kMaxStates;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const RuleDfa>> rules_;
+  size_t states_ = 0;
+};
+
+KeyedRules& keyed_rules() {
+  static KeyedRules k;
+  return k;
+}
+
 }  // namespace
+
+ExprPtr minimized(const ExprPtr& e) {
+  Nfa nfa;
+  const int start = nfa.add(), accept = nfa.add();
+  nfa.expand(*e, start, accept, 0);
+  const RuleDfa dfa = minimize(SubsetBuilder(nfa).build(start, accept, kMaxStates));
+  ExprGraph g;
+  g.states = int(dfa.states.size());
+  for (size_t s = 0; s < dfa.states.size(); ++s) {
+    const RuleDfa::State& st = dfa.states[s];
+    TERN_CHECK(st.calls.empty() && st.tokens.empty());
+    if (st.final) g.finals.push_back(int(s));
+    for (const Pda::Edge& edge : st.edges)
+      g.edges.push_back({int(s), edge.to, byte_range(edge.lo, edge.hi)});
+  }
+  return graph(std::move(g));
+}
 
 Pda determinize(const Grammar& g) {
   Nfa nfa;
   std::vector<std::pair<int, int>> ends(size_t(g.size()));
   ExpansionSize sizes;
+  std::vector<std::shared_ptr<const RuleDfa>> kept(size_t(g.size()));  // keyed rules found
   for (int r = 0; r < g.size(); ++r) {
     if (!g.body(r)) fail("rule '{}' is used but never defined", g.name(r));
+    if (!g.key(r).empty() && (kept[size_t(r)] = keyed_rules().find(g.key(r)))) continue;
     if (nfa.out.size() + sizes.of(*g.body(r), 0) > kMaxNfaStates)
       fail("the grammar is too large (more than {} states); reduce repetition counts", kMaxStates);
     ends[size_t(r)] = {nfa.add(), nfa.add()};
@@ -283,23 +344,35 @@ Pda determinize(const Grammar& g) {
   }
   Pda pda;
   pda.root = g.root();
-  SubsetBuilder sb(nfa, pda);
+  SubsetBuilder sb(nfa);
   for (int r = 0; r < g.size(); ++r) {
+    if (!kept[size_t(r)]) {
+      // Subset construction may need more states than minimisation keeps: allow twice the budget.
+      kept[size_t(r)] = std::make_shared<const RuleDfa>(minimize(sb.build(
+          ends[size_t(r)].first, ends[size_t(r)].second, 2 * kMaxStates - pda.nodes.size())));
+      if (!g.key(r).empty()) keyed_rules().add(g.key(r), kept[size_t(r)]);
+    }
+    const RuleDfa& dfa = *kept[size_t(r)];
+    if (pda.nodes.size() + dfa.states.size() > kMaxStates)
+      fail("the grammar is too large (more than {} states); reduce repetition counts", kMaxStates);
+    const auto base = int32_t(pda.nodes.size());
     pda.rule_names.push_back(g.name(r));
-    pda.rule_start.push_back(sb.build(r, ends[size_t(r)].first, ends[size_t(r)].second));
-  }
-  for (size_t n = 0; n < pda.nodes.size(); ++n) {
-    auto& b = sb.nodes_edges_[n];
-    Pda::Node& node = pda.nodes[n];
-    node.e0 = uint32_t(pda.edges.size());
-    pda.edges.insert(pda.edges.end(), b.edges.begin(), b.edges.end());
-    node.e1 = uint32_t(pda.edges.size());
-    node.c0 = uint32_t(pda.calls.size());
-    pda.calls.insert(pda.calls.end(), b.calls.begin(), b.calls.end());
-    node.c1 = uint32_t(pda.calls.size());
-    node.t0 = uint32_t(pda.token_edges.size());
-    pda.token_edges.insert(pda.token_edges.end(), b.tokens.begin(), b.tokens.end());
-    node.t1 = uint32_t(pda.token_edges.size());
+    pda.rule_start.push_back(base);
+    for (const RuleDfa::State& st : dfa.states) {
+      Pda::Node node;
+      node.rule = r;
+      node.final = st.final;
+      node.e0 = uint32_t(pda.edges.size());
+      for (const Pda::Edge& e : st.edges) pda.edges.push_back({e.lo, e.hi, base + e.to});
+      node.e1 = uint32_t(pda.edges.size());
+      node.c0 = uint32_t(pda.calls.size());
+      for (const Pda::Call& c : st.calls) pda.calls.push_back({c.rule, base + c.ret});
+      node.c1 = uint32_t(pda.calls.size());
+      node.t0 = uint32_t(pda.token_edges.size());
+      for (const Pda::TokenEdge& t : st.tokens) pda.token_edges.push_back({t.token, base + t.to});
+      node.t1 = uint32_t(pda.token_edges.size());
+      pda.nodes.push_back(node);
+    }
   }
   return pda;
 }

@@ -1,5 +1,7 @@
 #include "grammar/grammar.h"
 
+#include <bit>
+
 namespace tern::grammar {
 
 ByteSet ByteSet::range(uint8_t lo, uint8_t hi) {
@@ -13,12 +15,19 @@ void ByteSet::add(uint8_t lo, uint8_t hi) {
 }
 
 std::vector<std::pair<uint8_t, uint8_t>> ByteSet::runs() const {
+  // The first byte from b on that is (or, with `member` false, is not) in the set; 256 if none.
+  auto next = [&](int b, bool member) {
+    for (; b < 256; b = (b | 63) + 1) {
+      uint64_t w = member ? bits_[size_t(b >> 6)] : ~bits_[size_t(b >> 6)];
+      w &= ~uint64_t(0) << (b & 63);
+      if (w) return (b & ~63) + std::countr_zero(w);
+    }
+    return 256;
+  };
   std::vector<std::pair<uint8_t, uint8_t>> out;
-  for (int b = 0; b < 256; ++b) {
-    if (!contains(uint8_t(b))) continue;
-    int e = b;
-    while (e + 1 < 256 && contains(uint8_t(e + 1))) ++e;
-    out.emplace_back(uint8_t(b), uint8_t(e));
+  for (int b = next(0, true); b < 256; b = next(b, true)) {
+    const int e = next(b, false);
+    out.emplace_back(uint8_t(b), uint8_t(e - 1));
     b = e;
   }
   return out;
@@ -52,6 +61,7 @@ ExprPtr bytes(const ByteSet& set) {
   if (set.empty()) return nothing();
   Expr e;
   e.bytes = set;
+  e.runs = set.runs();
   return make(Expr::Kind::bytes, std::move(e));
 }
 
@@ -128,6 +138,7 @@ ExprPtr graph(ExprGraph g) {
 int Grammar::declare(std::string name) {
   names_.push_back(std::move(name));
   bodies_.push_back(nullptr);
+  keys_.emplace_back();
   return int(names_.size()) - 1;
 }
 

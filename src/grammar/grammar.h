@@ -49,11 +49,12 @@ struct ExprGraph {
 struct Expr {
   enum class Kind : uint8_t { empty, nothing, bytes, tokens, ref, seq, alt, repeat, graph };
   Kind kind = Kind::empty;
-  ByteSet bytes;                // bytes: one byte of the set
-  std::vector<int32_t> tokens;  // tokens: one of these (added) token ids
-  int rule = -1;                // ref
-  std::vector<ExprPtr> items;   // seq, alt; repeat: items[0]
-  int min = 0, max = 0;         // repeat: max < 0 means unbounded
+  ByteSet bytes;                                  // bytes: one byte of the set
+  std::vector<std::pair<uint8_t, uint8_t>> runs;  // bytes: the set as maximal ranges
+  std::vector<int32_t> tokens;                    // tokens: one of these (added) token ids
+  int rule = -1;                                  // ref
+  std::vector<ExprPtr> items;                     // seq, alt; repeat: items[0]
+  int min = 0, max = 0;                           // repeat: max < 0 means unbounded
   std::shared_ptr<const ExprGraph> graph;
 };
 
@@ -85,12 +86,18 @@ class Grammar {
   const std::string& name(int rule) const { return names_[size_t(rule)]; }
   const ExprPtr& body(int rule) const { return bodies_[size_t(rule)]; }
   int find(std::string_view name) const;  // -1 when absent
+  // A rule without references or tokens may carry a key naming its body
+  // exactly; its compiled automaton is then kept for the process and reused
+  // by any grammar with a rule of the same key (JSON string rules).
+  void set_key(int rule, std::string key) { keys_[size_t(rule)] = std::move(key); }
+  const std::string& key(int rule) const { return keys_[size_t(rule)]; }
   int root() const { return root_; }
   void set_root(int rule) { root_ = rule; }
 
  private:
   std::vector<std::string> names_;
   std::vector<ExprPtr> bodies_;
+  std::vector<std::string> keys_;
   int root_ = 0;
 };
 

@@ -1,0 +1,285 @@
+#include "grammar/json_schema.h"
+
+#include "core/error.h"
+
+namespace tern::grammar {
+namespace {
+
+constexpr int kMaxExpansion = 16;  // nested anyOf / oneOf expansions
+
+// The property names as decoded strings that are none of `names`.
+CharFsa none_of(const std::vector<std::string>& names) {
+  CharFsa a;                        // state 0: the empty prefix
+  const int other = a.add_state();  // not a prefix of any name: anything may follow
+  a.set_final(other);
+  a.add_edges(other, CodepointSet::all(), other);
+  std::map<std::string, int> ids = {{"", 0}};  // every prefix of a name
+  for (const std::string& n : names)
+    for (size_t pos = 0; pos < n.size();) {
+      decode_utf8(n, pos);
+      auto [it, added] = ids.emplace(n.substr(0, pos), 0);
+      if (added) it->second = a.add_state();
+    }
+  for (const auto& [prefix, id] : ids) {
+    if (std::find(names.begin(), names.end(), prefix) == names.end()) a.set_final(id);
+    CodepointSet next;  // characters that stay on some name
+    for (const auto& [longer, lid] : ids) {
+      if (longer.size() <= prefix.size() || longer.compare(0, prefix.size(), prefix) != 0) continue;
+      size_t pos = prefix.size();
+      const int64_t cp = decode_utf8(longer, pos);
+      if (pos != longer.size()) continue;  // not one character longer
+      a.add_edge(id, uint32_t(cp), uint32_t(cp), lid);
+      next.add(uint32_t(cp), uint32_t(cp));
+    }
+    a.add_edges(id, next.complement(), other);
+  }
+  return a;
+}
+
+std::string key_of(const StringRules& r) {
+  std::string k = fmt::format("s{},{}", r.min_length, r.max_length);
+  for (const std::string& p : r.patterns) k += "|p" + std::to_string(p.size()) + ":" + p;
+  for (const std::string& f : r.formats) k += "|f" + f;
+  return k;
+}
+
+}  // namespace
+
+JsonCompiler::JsonCompiler(Grammar& g, const ojson& schema, JsonOptions options)
+    : g_(g), doc_(schema), opts_(std::move(options)) {
+  gap_ = alt({empty(), literal(" "),
+              seq({literal("\n"), repeat(bytes([] {
+                                           ByteSet b;
+                                           b.add(' ', ' ');
+                                           b.add('\t', '\t');
+                                           return b;
+                                         }()),
+                                         0, opts_.max_indent)})});
+}
+
+int JsonCompiler::root_rule() {
+  return rule_of(Sub{{&doc_.root()}});
+}
+
+int JsonCompiler::rule_of(const Sub& s) {
+  auto it = rules_.find(s.all);
+  if (it != rules_.end()) return it->second;
+  const int r = g_.declare(s.all.empty() ? "value" : doc_.path(s.all[0]));
+  rules_.emplace(s.all, r);
+  g_.define(r, value(doc_.shape(s), 0));
+  return r;
+}
+
+ExprPtr JsonCompiler::value(const Shape& sh, int depth) {
+  if (sh.types == 0) return nothing();
+  if (!sh.groups.empty()) {
+    if (depth > kMaxExpansion)
+      fail("JSON Schema at {}: anyOf/oneOf nest or recur more than {} levels deep", sh.path,
+           kMaxExpansion);
+    const Group& g = sh.groups.front();
+    if (g.one_of) doc_.check_disjoint(g);
+    Shape rest = sh;
+    rest.groups.erase(rest.groups.begin());
+    std::vector<ExprPtr> alts;
+    for (const ojson* b : g.branches)
+      alts.push_back(rest.unconstrained() ? ref(rule_of(Sub{{b}}))
+                                          : value(doc_.merge(rest, doc_.shape(b)), depth + 1));
+    return alt(std::move(alts));
+  }
+  if (sh.values) {
+    std::vector<ExprPtr> alts;
+    for (const ojson& v : *sh.values)
+      if (doc_.check(sh, v)) alts.push_back(literal(v.dump()));
+    return alt(std::move(alts));
+  }
+  return typed(sh);
+}
+
+ExprPtr JsonCompiler::typed(const Shape& sh) {
+  std::vector<ExprPtr> alts;
+  if (sh.types & kNull) alts.push_back(literal("null"));
+  if (sh.types & kBoolean) alts.push_back(alt({literal("true"), literal("false")}));
+  if (sh.types & (kInteger | kFraction)) alts.push_back(number_rule(sh));
+  if (sh.types & kString) {
+    const CharFsa lang = string_language(sh.strings, opts_.forbidden);
+    if (!fsa_empty(lang)) alts.push_back(string_rule(lang, key_of(sh.strings)));
+  }
+  if (sh.types & kArray) alts.push_back(array_value(sh));
+  if (sh.types & kObject) alts.push_back(object_value(sh));
+  return alt(std::move(alts));
+}
+
+ExprPtr JsonCompiler::string_rule(const CharFsa& lang, const std::string& key) {
+  auto [it, added] = named_rules_.emplace(key, 0);
+  if (added) {
+    it->second = g_.add("string " + key, seq({literal("\""), fsa_json_body(lang), literal("\"")}));
+    // The language is the key's and the forbidden substrings': the automaton can be kept.
+    std::string full = "json string " + key;
+    for (const std::string& f : opts_.forbidden)
+      full.append(" !").append(std::to_string(f.size())).append(":").append(f);
+    g_.set_key(it->second, std::move(full));
+  }
+  return ref(it->second);
+}
+
+ExprPtr JsonCompiler::number_rule(const Shape& sh) {
+  const bool fraction = sh.types & kFraction;
+  std::string key = fraction ? "number" : "integer";
+  for (const auto* side : {&sh.numbers.lo, &sh.numbers.hi})
+    key +=
+        *side ? fmt::format(" {}{}", (*side)->exclusive ? "x" : "", (*side)->value.dump()) : " -";
+  auto it = named_rules_.find(key);
+  if (it == named_rules_.end()) {
+    ExprPtr text = fraction ? number_text(sh.numbers) : integer_text(sh.numbers);
+    if (text->kind == Expr::Kind::nothing) return text;
+    it = named_rules_.emplace(key, g_.add(key, std::move(text))).first;
+  }
+  return ref(it->second);
+}
+
+// A member's value: scalars inline, anything that may hold values of its own
+// in a rule (which is what lets schemas recur).
+ExprPtr JsonCompiler::member_value(const Sub& s) {
+  const Shape sh = doc_.shape(s);
+  const uint8_t containers = kArray | kObject;
+  if (!(sh.types & containers) && sh.groups.empty()) return value(sh, 0);
+  return ref(rule_of(s));
+}
+
+ExprPtr JsonCompiler::object_value(const Shape& sh) {
+  // Members in order: the listed properties, then required ones not listed (as additional).
+  std::vector<std::pair<std::string, const Sub*>> members;
+  for (const auto& [n, sub] : sh.properties) members.push_back({n, &sub});
+  for (const std::string& r : sh.required)
+    if (!sh.property(r)) members.push_back({r, &sh.additional});
+  auto required = [&](const std::string& n) {
+    return std::find(sh.required.begin(), sh.required.end(), n) != sh.required.end();
+  };
+  std::vector<std::string> names;
+  std::vector<ExprPtr> kv;
+  std::vector<bool> may_skip;
+  for (const auto& [n, sub] : members) {
+    names.push_back(n);
+    ExprPtr v = member_value(*sub);
+    if (v->kind == Expr::Kind::nothing && required(n)) return nothing();
+    kv.push_back(seq({literal(ojson(n).dump() + ":"), gap(), v}));
+    may_skip.push_back(!required(n));
+  }
+  const ExprPtr comma = seq({literal(","), gap()});
+  // States: F(i) before member i with nothing written yet, R(i) after something.
+  const int n = int(kv.size());
+  ExprGraph graph;
+  auto F = [](int i) { return 2 * i; };
+  auto R = [](int i) { return 2 * i + 1; };
+  const int extra = 2 * n + 2;
+  graph.states = extra + 1;
+  graph.start = F(0);
+  for (int i = 0; i < n; ++i) {
+    graph.edges.push_back({F(i), R(i + 1), kv[size_t(i)]});
+    if (i > 0) graph.edges.push_back({R(i), R(i + 1), seq({comma, kv[size_t(i)]})});
+    if (may_skip[size_t(i)]) {
+      graph.edges.push_back({F(i), F(i + 1), nullptr});
+      if (i > 0) graph.edges.push_back({R(i), R(i + 1), nullptr});
+    }
+  }
+  graph.finals = {F(n), R(n)};
+  ExprPtr extra_value = member_value(sh.additional);
+  if (extra_value->kind != Expr::Kind::nothing) {
+    const CharFsa keys = fsa_intersect(none_of(names), opts_.forbidden.empty()
+                                                           ? fsa_repeat(CodepointSet::all(), 0, -1)
+                                                           : avoiding(opts_.forbidden));
+    std::string key = "key not";
+    for (const std::string& k : names) key.append(" ").append(ojson(k).dump());
+    const ExprPtr xkv = seq({string_rule(keys, key), literal(":"), gap(), extra_value});
+    graph.edges.push_back({F(n), extra, xkv});
+    graph.edges.push_back({R(n), extra, seq({comma, xkv})});
+    graph.edges.push_back({extra, extra, seq({comma, xkv})});
+    graph.finals.push_back(extra);
+  }
+  return seq({literal("{"), gap(), grammar::graph(std::move(graph)), gap(), literal("}")});
+}
+
+ExprPtr JsonCompiler::array_value(const Shape& sh) {
+  int64_t max = sh.max_items;
+  const int64_t min = int64_t(sh.min_items);
+  std::vector<ExprPtr> prefix;
+  for (const Sub& p : sh.prefix) {
+    ExprPtr v = member_value(p);
+    if (v->kind == Expr::Kind::nothing) {  // no array reaches this position
+      max = max < 0 ? int64_t(prefix.size()) : std::min(max, int64_t(prefix.size()));
+      break;
+    }
+    prefix.push_back(v);
+  }
+  ExprPtr item = member_value(sh.items);
+  if (item->kind == Expr::Kind::nothing)
+    max = max < 0 ? int64_t(prefix.size()) : std::min(max, int64_t(prefix.size()));
+  if (max >= 0 && max < min) return nothing();
+  const ExprPtr comma = seq({literal(","), gap()});
+  // State i: i items written. A chain up to max (or up to the last fixed
+  // position, then a loop).
+  const int64_t last = max >= 0 ? max : std::max<int64_t>({min, int64_t(prefix.size()), 1});
+  ExprGraph graph;
+  graph.states = int(last) + 1;
+  graph.start = 0;
+  for (int64_t i = 0; i < last; ++i) {
+    ExprPtr v = size_t(i) < prefix.size() ? prefix[size_t(i)] : item;
+    graph.edges.push_back({int(i), int(i + 1), i == 0 ? v : seq({comma, v})});
+  }
+  if (max < 0) graph.edges.push_back({int(last), int(last), seq({comma, item})});
+  for (int64_t i = min; i <= last; ++i) graph.finals.push_back(int(i));
+  return seq({literal("["), gap(), grammar::graph(std::move(graph)), gap(), literal("]")});
+}
+
+ExprPtr JsonCompiler::value_of_types(const Sub& sub, uint8_t types) {
+  Shape only;
+  only.types = types;
+  return value(doc_.merge(doc_.shape(sub), only), 0);
+}
+
+CharFsa JsonCompiler::strings_of(const Sub& sub) {
+  return string_fsa(doc_.shape(sub), 0);
+}
+
+CharFsa JsonCompiler::string_fsa(const Shape& sh, int depth) {
+  if (!(sh.types & kString)) return CharFsa();
+  if (!sh.groups.empty()) {
+    if (depth > kMaxExpansion)
+      fail("JSON Schema at {}: anyOf/oneOf nest or recur more than {} levels deep", sh.path,
+           kMaxExpansion);
+    const Group& g = sh.groups.front();
+    if (g.one_of) doc_.check_disjoint(g);
+    Shape rest = sh;
+    rest.groups.erase(rest.groups.begin());
+    std::vector<CharFsa> parts;
+    for (const ojson* b : g.branches)
+      parts.push_back(string_fsa(doc_.merge(rest, doc_.shape(b)), depth + 1));
+    return fsa_union(parts);
+  }
+  if (sh.values) {
+    std::vector<CharFsa> parts;
+    for (const ojson& v : *sh.values)
+      if (v.is_string() && doc_.check(sh, v))
+        parts.push_back(fsa_literal(v.get_ref<const std::string&>()));
+    CharFsa lits = fsa_union(parts);
+    return opts_.forbidden.empty() ? lits : fsa_intersect(lits, avoiding(opts_.forbidden));
+  }
+  return string_language(sh.strings, opts_.forbidden);
+}
+
+Grammar json_schema_grammar(const ojson& schema, const JsonOptions& options) {
+  Grammar g;
+  JsonCompiler c(g, schema, options);
+  const int root = c.root_rule();
+  if (g.body(root)->kind == Expr::Kind::nothing)
+    fail("JSON Schema: no value satisfies the schema at #");
+  g.set_root(root);
+  return g;
+}
+
+Grammar json_object_grammar(const JsonOptions& options) {
+  static const ojson kObject = {{"type", "object"}};
+  return json_schema_grammar(kObject, options);
+}
+
+}  // namespace tern::grammar

@@ -1,0 +1,65 @@
+// JSON Schema to grammar: a rule per schema position that can recur (objects,
+// arrays, $ref targets), strings as call-free rules (so their token masks are
+// shared between grammars), whitespace bounded. Objects keep
+// the schema's property order (required ones present, optional ones may be
+// left out, additional ones after them with names the schema does not list);
+// see docs/grammar.md for the supported subset and the normal form.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/json_shape.h"
+
+namespace tern::grammar {
+
+struct JsonOptions {
+  // Whitespace after { [ , : and before } ]: nothing, one space, or a newline
+  // and up to this many spaces or tabs, so that generation cannot loop in
+  // whitespace.
+  int max_indent = 20;
+  // Substrings no string may contain (the tool-call format's closing tags).
+  std::vector<std::string> forbidden;
+};
+
+class JsonCompiler {
+ public:
+  // Adds rules to g; `schema` must outlive the compiler.
+  JsonCompiler(Grammar& g, const ojson& schema, JsonOptions options);
+  // The rule of one value of the whole schema.
+  int root_rule();
+  // Value texts of sub restricted to some types (bits of json_shape.h).
+  ExprPtr value_of_types(const Sub& sub, uint8_t types);
+  // The (decoded) strings sub allows.
+  CharFsa strings_of(const Sub& sub);
+  SchemaDocument& document() { return doc_; }
+
+ private:
+  int rule_of(const Sub& s);
+  ExprPtr value(const Shape& sh, int depth);
+  ExprPtr typed(const Shape& sh);
+  ExprPtr member_value(const Sub& s);
+  ExprPtr string_rule(const CharFsa& lang, const std::string& key);
+  ExprPtr object_value(const Shape& sh);
+  ExprPtr array_value(const Shape& sh);
+  ExprPtr number_rule(const Shape& sh);
+  CharFsa string_fsa(const Shape& sh, int depth);
+  ExprPtr gap() const { return gap_; }
+
+  Grammar& g_;
+  SchemaDocument doc_;
+  JsonOptions opts_;
+  ExprPtr gap_;
+  std::map<std::vector<const ojson*>, int> rules_;
+  std::map<std::string, int> named_rules_;  // strings and numbers by their constraints
+};
+
+// The grammar of the documents `schema` allows (tern::Error for an
+// unsupported or unsatisfiable schema).
+Grammar json_schema_grammar(const ojson& schema, const JsonOptions& options = {});
+// Any JSON object (response_format json_object).
+Grammar json_object_grammar(const JsonOptions& options = {});
+
+}  // namespace tern::grammar
