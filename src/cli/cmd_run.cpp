@@ -1,10 +1,13 @@
-// tern run: stream a completion from a prompt (greedy by default) and report speed.
+// tern run: stream a completion from a prompt (greedy by default) and report
+// speed; --json-schema / --grammar constrain it (after the reasoning with --chat).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 
@@ -13,8 +16,11 @@
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "grammar/request.h"
+#include "grammar/tokenizer_vocab.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
+#include "tokenizer/output_parser.h"
 
 namespace tern::cli {
 
@@ -28,6 +34,7 @@ struct RunOptions {
   int64_t chunk = 512;
   bool ignore_eos = false;
   bool chat = false, no_thinking = false;
+  std::string json_schema, grammar;  // files
   SamplingParams sampling;
 };
 
@@ -39,7 +46,7 @@ double seconds_since(Clock::time_point t) {
 
 // The prompt's ids: --prompt-ids as given, or --prompt encoded (as a single
 // user turn of the chat template with --chat).
-std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
+std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok, bool* thinking) {
   if (o.prompt.empty() == o.prompt_ids.empty())
     fail("give exactly one of --prompt and --prompt-ids");
   if (!o.prompt_ids.empty()) return o.prompt_ids;
@@ -48,7 +55,36 @@ std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
   nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}},
                                 {"add_generation_prompt", true}};
   if (o.no_thinking) req["enable_thinking"] = false;
-  return tok->encode(render_chat(req));
+  const std::string text = render_chat(req);
+  *thinking = prompt_opens_reasoning(text);
+  return tok->encode(text);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read {}", path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The constraint of --json-schema / --grammar (nullptr without them).
+std::unique_ptr<grammar::GrammarConstraint> constraint_of(
+    const RunOptions& o, const Tokenizer* tok, const ModelConfig& c, bool thinking,
+    std::vector<int32_t> stops, std::optional<grammar::GrammarCache>& cache) {
+  if (o.json_schema.empty() && o.grammar.empty()) return nullptr;
+  if (!o.json_schema.empty() && !o.grammar.empty())
+    fail("give at most one of --json-schema and --grammar");
+  if (!tok) fail("{} has no tokenizer.json: --json-schema and --grammar need it", o.run.model);
+  grammar::ConstraintRequest r;
+  if (!o.json_schema.empty()) {
+    r.answer = grammar::ConstraintRequest::Answer::json_schema;
+    r.schema = nlohmann::ordered_json::parse(read_text(o.json_schema), nullptr, false);
+    if (r.schema.is_discarded()) fail("{}: invalid JSON", o.json_schema);
+  } else {
+    r.answer = grammar::ConstraintRequest::Answer::gbnf;
+    r.gbnf = read_text(o.grammar);
+  }
+  cache.emplace(grammar::vocab_of(*tok, c.vocab), 1);
+  return grammar::make_constraint(r, *cache, thinking, std::move(stops));
 }
 
 std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer* tok) {
@@ -64,10 +100,14 @@ int run_generation(const RunOptions& o) {
   std::optional<Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(o.run.model) / "tokenizer.json"))
     tok.emplace(Tokenizer::load(o.run.model));
-  const std::vector<int32_t> prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  bool thinking = false;
+  const std::vector<int32_t> prompt = prompt_ids(o, tok ? &*tok : nullptr, &thinking);
   if (prompt.empty()) fail("the prompt encodes to no tokens");
   auto backend = open_backend(o.run);
   const std::vector<int32_t> stops = stop_ids(backend->config(), tok ? &*tok : nullptr);
+  std::optional<grammar::GrammarCache> cache;
+  auto constraint =
+      constraint_of(o, tok ? &*tok : nullptr, backend->config(), thinking, stops, cache);
   auto seq = backend->new_sequence();
   std::optional<StreamDecoder> text;
   if (tok) text.emplace(*tok);
@@ -83,15 +123,19 @@ int run_generation(const RunOptions& o) {
   auto t1 = t0;  // when the first token arrives: prefill ends, decode starts
   int generated = 0;
   backend->start_sampling(*seq, o.sampling, prompt);
-  backend->generate(*seq, prompt.back(), o.max_tokens, [&](int32_t next) {
-    if (generated++ == 0) t1 = Clock::now();
-    if (text)
-      std::fputs(text->push(next).c_str(), stdout);
-    else
-      std::printf("%d ", next);
-    std::fflush(stdout);
-    return o.ignore_eos || std::count(stops.begin(), stops.end(), next) == 0;
-  });
+  backend->generate(
+      *seq, prompt.back(), o.max_tokens,
+      [&](int32_t next) {
+        if (generated++ == 0) t1 = Clock::now();
+        if (text)
+          std::fputs(text->push(next).c_str(), stdout);
+        else
+          std::printf("%d ", next);
+        std::fflush(stdout);
+        if (constraint && constraint->done()) return false;  // only a stop token could follow
+        return o.ignore_eos || std::count(stops.begin(), stops.end(), next) == 0;
+      },
+      constraint.get());
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = seconds_since(t1);
   std::printf("%s\n", text ? text->finish().c_str() : "");
@@ -102,6 +146,8 @@ int run_generation(const RunOptions& o) {
       prompt.size(), prefill_s, double(prompt.size()) / prefill_s, generated, decode_s,
       // decode_s starts when the first token arrives: it spans generated - 1 steps.
       std::max(generated - 1, 0) / std::max(decode_s, 1e-9));
+  if (constraint)
+    std::fprintf(stderr, "grammar: %s\n", constraint->completed() ? "complete" : "incomplete");
   return 0;
 }
 
@@ -128,6 +174,10 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "0: off");
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "0: off");
   cmd->add_option("--seed", o->sampling.seed, "Sampling seed");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "Constrain the completion to JSON valid for the schema in FILE (after the "
+                  "reasoning with --chat)");
+  cmd->add_option("--grammar", o->grammar, "Constrain the completion to the GBNF grammar in FILE");
   return [o] { return run_generation(*o); };
 }
 

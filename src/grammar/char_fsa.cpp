@@ -269,6 +269,34 @@ bool fsa_empty(const CharFsa& fsa) {
   return true;
 }
 
+CharFsa fsa_none_of(const std::vector<std::string>& names) {
+  CharFsa a;                        // state 0: the empty prefix
+  const int other = a.add_state();  // not a prefix of any name: anything may follow
+  a.set_final(other);
+  a.add_edges(other, CodepointSet::all(), other);
+  std::map<std::string, int> ids = {{"", 0}};  // every prefix of a name
+  for (const std::string& n : names)
+    for (size_t pos = 0; pos < n.size();) {
+      decode_utf8(n, pos);
+      auto [it, added] = ids.emplace(n.substr(0, pos), 0);
+      if (added) it->second = a.add_state();
+    }
+  for (const auto& [prefix, id] : ids) {
+    if (std::find(names.begin(), names.end(), prefix) == names.end()) a.set_final(id);
+    CodepointSet next;  // characters that stay on some name
+    for (const auto& [longer, lid] : ids) {
+      if (longer.size() <= prefix.size() || longer.compare(0, prefix.size(), prefix) != 0) continue;
+      size_t pos = prefix.size();
+      const int64_t cp = decode_utf8(longer, pos);
+      if (pos != longer.size()) continue;  // not one character longer
+      a.add_edge(id, uint32_t(cp), uint32_t(cp), lid);
+      next.add(uint32_t(cp), uint32_t(cp));
+    }
+    a.add_edges(id, next.complement(), other);
+  }
+  return a;
+}
+
 ExprPtr fsa_text(const CharFsa& a) {
   return as_graph(a, false);
 }

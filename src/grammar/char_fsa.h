@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -53,6 +54,8 @@ CharFsa fsa_union(const std::vector<CharFsa>& parts);
 CharFsa fsa_concat(const std::vector<CharFsa>& parts);
 // The strings both accept.
 CharFsa fsa_intersect(const CharFsa& a, const CharFsa& b);
+// The strings that are none of `words` (UTF-8).
+CharFsa fsa_none_of(const std::vector<std::string>& words);
 bool fsa_accepts(const CharFsa& a, std::string_view utf8);
 bool fsa_empty(const CharFsa& a);
 

@@ -1,6 +1,7 @@
 #include "grammar/grammar.h"
 
 #include <bit>
+#include <unordered_map>
 
 namespace tern::grammar {
 
@@ -150,6 +151,51 @@ int Grammar::add(std::string name, ExprPtr body) {
   int r = declare(std::move(name));
   define(r, std::move(body));
   return r;
+}
+
+namespace {
+
+// e with every rule reference moved by `offset` (shared subexpressions copied once).
+ExprPtr shifted(const ExprPtr& e, int offset, std::unordered_map<const Expr*, ExprPtr>& memo) {
+  if (!e) return e;
+  auto it = memo.find(e.get());
+  if (it != memo.end()) return it->second;
+  Expr c = *e;
+  if (c.kind == Expr::Kind::ref) c.rule += offset;
+  for (ExprPtr& item : c.items) item = shifted(item, offset, memo);
+  if (c.graph) {
+    ExprGraph g = *c.graph;
+    for (ExprGraph::Edge& edge : g.edges) edge.label = shifted(edge.label, offset, memo);
+    c.graph = std::make_shared<const ExprGraph>(std::move(g));
+  }
+  ExprPtr out = std::make_shared<const Expr>(std::move(c));
+  memo.emplace(e.get(), out);
+  return out;
+}
+
+}  // namespace
+
+Grammar either(const Grammar& a, const Grammar& b) {
+  Grammar g;
+  std::unordered_map<const Expr*, ExprPtr> memo;
+  for (int r = 0; r < a.size(); ++r) g.declare(a.name(r));
+  for (int r = 0; r < b.size(); ++r) g.declare(b.name(r));
+  for (int r = 0; r < a.size(); ++r) {
+    g.define(r, a.body(r));
+    g.set_key(r, a.key(r));
+  }
+  for (int r = 0; r < b.size(); ++r) {
+    g.define(a.size() + r, shifted(b.body(r), a.size(), memo));
+    g.set_key(a.size() + r, b.key(r));
+  }
+  g.set_root(g.add("either", alt({ref(a.root()), ref(a.size() + b.root())})));
+  return g;
+}
+
+Grammar after_newlines(Grammar g, int n) {
+  const int root = g.root();
+  g.set_root(g.add("after newlines", seq({repeat(literal("\n"), 0, n), ref(root)})));
+  return g;
 }
 
 int Grammar::find(std::string_view name) const {

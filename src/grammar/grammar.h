@@ -101,4 +101,10 @@ class Grammar {
   int root_ = 0;
 };
 
+// A grammar whose root matches a's root or b's (for an answer that may be
+// either a JSON document or tool calls).
+Grammar either(const Grammar& a, const Grammar& b);
+// g preceded by up to n newlines (the model's "\n\n" after </think>).
+Grammar after_newlines(Grammar g, int n);
+
 }  // namespace tern::grammar

@@ -7,35 +7,6 @@ namespace {
 
 constexpr int kMaxExpansion = 16;  // nested anyOf / oneOf expansions
 
-// The property names as decoded strings that are none of `names`.
-CharFsa none_of(const std::vector<std::string>& names) {
-  CharFsa a;                        // state 0: the empty prefix
-  const int other = a.add_state();  // not a prefix of any name: anything may follow
-  a.set_final(other);
-  a.add_edges(other, CodepointSet::all(), other);
-  std::map<std::string, int> ids = {{"", 0}};  // every prefix of a name
-  for (const std::string& n : names)
-    for (size_t pos = 0; pos < n.size();) {
-      decode_utf8(n, pos);
-      auto [it, added] = ids.emplace(n.substr(0, pos), 0);
-      if (added) it->second = a.add_state();
-    }
-  for (const auto& [prefix, id] : ids) {
-    if (std::find(names.begin(), names.end(), prefix) == names.end()) a.set_final(id);
-    CodepointSet next;  // characters that stay on some name
-    for (const auto& [longer, lid] : ids) {
-      if (longer.size() <= prefix.size() || longer.compare(0, prefix.size(), prefix) != 0) continue;
-      size_t pos = prefix.size();
-      const int64_t cp = decode_utf8(longer, pos);
-      if (pos != longer.size()) continue;  // not one character longer
-      a.add_edge(id, uint32_t(cp), uint32_t(cp), lid);
-      next.add(uint32_t(cp), uint32_t(cp));
-    }
-    a.add_edges(id, next.complement(), other);
-  }
-  return a;
-}
-
 std::string key_of(const StringRules& r) {
   std::string k = fmt::format("s{},{}", r.min_length, r.max_length);
   for (const std::string& p : r.patterns) k += "|p" + std::to_string(p.size()) + ":" + p;
@@ -122,7 +93,13 @@ ExprPtr JsonCompiler::string_rule(const CharFsa& lang, const std::string& key) {
   return ref(it->second);
 }
 
-ExprPtr JsonCompiler::number_rule(const Shape& sh) {
+ExprPtr JsonCompiler::number_rule(const Shape& shape) {
+  Shape sh = shape;
+  if (opts_.small_numbers) {
+    Shape small;
+    small.numbers = {Bound{-999999999999999, false}, Bound{999999999999999, false}};
+    sh = doc_.merge(sh, small);
+  }
   const bool fraction = sh.types & kFraction;
   std::string key = fraction ? "number" : "integer";
   for (const auto* side : {&sh.numbers.lo, &sh.numbers.hi})
@@ -185,9 +162,9 @@ ExprPtr JsonCompiler::object_value(const Shape& sh) {
   graph.finals = {F(n), R(n)};
   ExprPtr extra_value = member_value(sh.additional);
   if (extra_value->kind != Expr::Kind::nothing) {
-    const CharFsa keys = fsa_intersect(none_of(names), opts_.forbidden.empty()
-                                                           ? fsa_repeat(CodepointSet::all(), 0, -1)
-                                                           : avoiding(opts_.forbidden));
+    const CharFsa keys = fsa_intersect(
+        fsa_none_of(names), opts_.forbidden.empty() ? fsa_repeat(CodepointSet::all(), 0, -1)
+                                                    : avoiding(opts_.forbidden));
     std::string key = "key not";
     for (const std::string& k : names) key.append(" ").append(ojson(k).dump());
     const ExprPtr xkv = seq({string_rule(keys, key), literal(":"), gap(), extra_value});

@@ -22,6 +22,9 @@ struct JsonOptions {
   int max_indent = 20;
   // Substrings no string may contain (the tool-call format's closing tags).
   std::vector<std::string> forbidden;
+  // Numbers within +-999999999999999, written without exponent (so that a
+  // parser reading them into int64 or double keeps them exact).
+  bool small_numbers = false;
 };
 
 class JsonCompiler {
