@@ -123,6 +123,15 @@ ExprPtr JsonCompiler::member_value(const Sub& s) {
   return ref(rule_of(s));
 }
 
+// open gap members gap close, or (when `empty`) open gap close: one gap
+// only in an empty container.
+ExprPtr JsonCompiler::container(const char* open, ExprGraph members, bool empty_ok,
+                                const char* close) {
+  ExprPtr some =
+      members.finals.empty() ? nothing() : seq({grammar::graph(std::move(members)), gap()});
+  return seq({literal(open), gap(), empty_ok ? alt({some, empty()}) : some, literal(close)});
+}
+
 ExprPtr JsonCompiler::object_value(const Shape& sh) {
   // Members in order: the listed properties, then required ones not listed (as additional).
   std::vector<std::pair<std::string, const Sub*>> members;
@@ -143,6 +152,7 @@ ExprPtr JsonCompiler::object_value(const Shape& sh) {
     may_skip.push_back(!required(n));
   }
   const ExprPtr comma = seq({literal(","), gap()});
+  const bool all_optional = std::find(may_skip.begin(), may_skip.end(), false) == may_skip.end();
   // States: F(i) before member i with nothing written yet, R(i) after something.
   const int n = int(kv.size());
   ExprGraph graph;
@@ -159,7 +169,7 @@ ExprPtr JsonCompiler::object_value(const Shape& sh) {
       if (i > 0) graph.edges.push_back({R(i), R(i + 1), nullptr});
     }
   }
-  graph.finals = {F(n), R(n)};
+  graph.finals = {R(n)};  // F(n), no member at all, is the empty object below
   ExprPtr extra_value = member_value(sh.additional);
   if (extra_value->kind != Expr::Kind::nothing) {
     const CharFsa keys = fsa_intersect(
@@ -173,7 +183,7 @@ ExprPtr JsonCompiler::object_value(const Shape& sh) {
     graph.edges.push_back({extra, extra, seq({comma, xkv})});
     graph.finals.push_back(extra);
   }
-  return seq({literal("{"), gap(), grammar::graph(std::move(graph)), gap(), literal("}")});
+  return container("{", std::move(graph), all_optional, "}");
 }
 
 ExprPtr JsonCompiler::array_value(const Shape& sh) {
@@ -204,8 +214,8 @@ ExprPtr JsonCompiler::array_value(const Shape& sh) {
     graph.edges.push_back({int(i), int(i + 1), i == 0 ? v : seq({comma, v})});
   }
   if (max < 0) graph.edges.push_back({int(last), int(last), seq({comma, item})});
-  for (int64_t i = min; i <= last; ++i) graph.finals.push_back(int(i));
-  return seq({literal("["), gap(), grammar::graph(std::move(graph)), gap(), literal("]")});
+  for (int64_t i = std::max<int64_t>(min, 1); i <= last; ++i) graph.finals.push_back(int(i));
+  return container("[", std::move(graph), min == 0, "]");
 }
 
 ExprPtr JsonCompiler::value_of_types(const Sub& sub, uint8_t types) {

@@ -45,6 +45,7 @@ class JsonCompiler {
   ExprPtr typed(const Shape& sh);
   ExprPtr member_value(const Sub& s);
   ExprPtr string_rule(const CharFsa& lang, const std::string& key);
+  ExprPtr container(const char* open, ExprGraph members, bool empty_ok, const char* close);
   ExprPtr object_value(const Shape& sh);
   ExprPtr array_value(const Shape& sh);
   ExprPtr number_rule(const Shape& sh);

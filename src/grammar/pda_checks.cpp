@@ -205,8 +205,8 @@ Pda compile(const Grammar& g) {
   const std::vector<char> prod = productive(raw);
   if (!prod[size_t(raw.rule_start[size_t(raw.root)])])
     fail(
-        "no finite text matches the grammar: {} can never finish (a recursion without a base "
-        "case?)",
+        "no finite text matches the grammar: {} can never finish (an impossible constraint, or a "
+        "recursion without a base case)",
         unfinishable(raw, prod));
   Pda p = trim(raw, prod);
   check_left_recursion(p);

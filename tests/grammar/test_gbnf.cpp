@@ -103,8 +103,8 @@ TEST(Gbnf, GrammarErrors) {
   EXPECT_EQ(error_of("root ::= a\na ::= b? c\nb ::= \"x\"\nc ::= a | \"y\""),
             "left recursion: rule 'a' can reach itself without consuming input (a -> c -> a)");
   EXPECT_EQ(error_of("root ::= \"[\" root \"]\""),
-            "no finite text matches the grammar: rule 'root' can never finish (a recursion "
-            "without a base case?)");
+            "no finite text matches the grammar: rule 'root' can never finish (an impossible "
+            "constraint, or a recursion without a base case)");
   // A repetition whose expansion is too large is refused, not built.
   EXPECT_NE(error_of("root ::= ((\"a\" [b-z]{1,100}){1,100}){1,100}").find("too large"),
             std::string::npos);

@@ -42,10 +42,11 @@ bool feed(grammar::Matcher& m, const std::string& text) {
 TEST(ToolGrammar, TemplateRenderingAccepted) {
   auto g = tool_grammar();
   grammar::Matcher m(g);
-  EXPECT_TRUE(feed(m,
-                   "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-                   "<parameter=days>\n3\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n"
-                   "<parameter=coords>\n{\"lat\": 48.85}\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(
+      feed(m,
+           "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+           "<parameter=days>\n3\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n"
+           "<parameter=coords>\n{\"lat\": 48.85}\n</parameter>\n</function>\n</tool_call>"));
   EXPECT_TRUE(m.can_end());
   EXPECT_TRUE(feed(m, "\n<tool_call>\n<function=ping>\n</function>\n</tool_call>"));
   EXPECT_TRUE(m.can_end());
@@ -61,13 +62,16 @@ TEST(ToolGrammar, MalformedRefused) {
   EXPECT_TRUE(refused("<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
   // Required parameter missing; a duplicate </parameter> (llama.cpp #24807); a bad type.
   EXPECT_TRUE(refused("<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"));
-  EXPECT_TRUE(refused("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-                      "</parameter>\n</function>\n</tool_call>"));
-  EXPECT_TRUE(refused("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-                      "<parameter=days>\n30\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(
+      refused("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+              "</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(
+      refused("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+              "<parameter=days>\n30\n</parameter>\n</function>\n</tool_call>"));
   // One call only without parallel calls; only the named function when one is named.
   EXPECT_TRUE(refused(call + "\n" + call, {"", false, false}));
-  EXPECT_TRUE(refused("<tool_call>\n<function=ping>\n</function>\n</tool_call>", {"get_weather", true, false}));
+  EXPECT_TRUE(refused("<tool_call>\n<function=ping>\n</function>\n</tool_call>",
+                      {"get_weather", true, false}));
   // The tags are the added tokens: their spelling in bytes is refused.
   grammar::Matcher m(tool_grammar());
   EXPECT_FALSE(m.accept_bytes("<tool_call>"));
@@ -116,20 +120,25 @@ TEST(ToolGrammar, Errors) {
   };
   EXPECT_EQ(error_of(kTools, {"nope", true, false}),
             "tool_choice names function 'nope', which is not among the tools");
-  EXPECT_EQ(error_of(ojson::parse(R"([{"type": "function", "function": {"name": "a>b"}}])")),
-            "tool call format: function name 'a>b' cannot be written as <function=NAME> (it must be "
-            "non-empty, without '>' or newlines, and not start or end with whitespace)");
-  EXPECT_EQ(error_of(ojson::parse(
-                R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"enum": [1, 2]}}}}}])")),
-            "tool 'f': no value of parameter 'x' can be written in the tool-call format (its schema "
-            "needs a type that tern's parser reads)");
-  EXPECT_EQ(error_of(ojson::parse(
-                R"([{"function": {"name": "f", "parameters": {"properties": {}, "required": ["y"]}}}])")),
-            "tool 'f': required parameter \"y\" is not among its properties");
-  EXPECT_NE(error_of(ojson::parse(
-                R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"type": "string", "not": {}}}}}}])"))
-                .find("unsupported keyword 'not'"),
-            std::string::npos);
+  EXPECT_EQ(
+      error_of(ojson::parse(R"([{"type": "function", "function": {"name": "a>b"}}])")),
+      "tool call format: function name 'a>b' cannot be written as <function=NAME> (it must be "
+      "non-empty, without '>' or newlines, and not start or end with whitespace)");
+  EXPECT_EQ(
+      error_of(ojson::parse(
+          R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"enum": [1, 2]}}}}}])")),
+      "tool 'f': no value of parameter 'x' can be written in the tool-call format (its schema "
+      "needs a type that tern's parser reads)");
+  EXPECT_EQ(
+      error_of(ojson::parse(
+          R"([{"function": {"name": "f", "parameters": {"properties": {}, "required": ["y"]}}}])")),
+      "tool 'f': required parameter \"y\" is not among its properties");
+  EXPECT_NE(
+      error_of(
+          ojson::parse(
+              R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"type": "string", "not": {}}}}}}])"))
+          .find("unsupported keyword 'not'"),
+      std::string::npos);
 }
 
 }  // namespace
