@@ -16,13 +16,30 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, std::shared_ptr<const Vocab> 
 const CompiledGrammar::NodeInfo& CompiledGrammar::info(int32_t node) const {
   std::call_once(once_[size_t(node)], [&] {
     NodeInfo& out = info_[size_t(node)];
-    const std::string key = share_key(pda_, node, vocab_->max_token_bytes());
-    if (!key.empty()) out.masks = vocab_->shared(key);
-    if (!out.masks) {
-      out.masks = std::make_shared<const NodeMasks>(classify(pda_, *vocab_, node));
-      if (!key.empty()) vocab_->share(key, out.masks);
+    bool calls_near = false;  // a rule is called within the reach of a shorter part's tokens
+    for (int part = 0; part < Vocab::kParts; ++part) {
+      std::optional<ShareKey> key;
+      if (!calls_near) key = share_key(pda_, node, vocab_->trie(part).max_bytes, part);
+      const bool plain = key.has_value();
+      calls_near = !plain;
+      // The last part's few long tokens are walked each time: their reach makes keys rarely equal.
+      if (part + 1 == Vocab::kParts) key.reset();
+      std::shared_ptr<const NodeMasks>& masks = out.masks[part];
+      if (key) masks = vocab_->shared(*key);
+      if (!masks) {
+        masks = std::make_shared<const NodeMasks>(classify(pda_, *vocab_, part, node, plain));
+        if (key) vocab_->share(*key, masks);
+      }
+      // Nodes of a rule with the same classification have the same uncertain tokens
+      // (those go on after the rule, at the same places): kept per classification.
+      const auto memo_key = std::make_pair(pda_.nodes[size_t(node)].rule, masks.get());
+      std::lock_guard lock(uncertain_mutex_);
+      auto it = uncertain_memo_.find(memo_key);
+      if (it == uncertain_memo_.end())
+        it = uncertain_memo_.emplace(memo_key, uncertain_tokens(pda_, *vocab_, part, node, *masks))
+                 .first;
+      out.uncertain[part] = it->second;
     }
-    out.uncertain = uncertain_tokens(pda_, *vocab_, node, *out.masks);
   });
   return info_[size_t(node)];
 }

@@ -4,6 +4,7 @@
 // (grammar_cache.h) keeps them by request.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -17,9 +18,10 @@ namespace tern::grammar {
 
 class CompiledGrammar {
  public:
+  // Per vocabulary part (Vocab::trie).
   struct NodeInfo {
-    std::shared_ptr<const NodeMasks> masks;
-    std::vector<int32_t> uncertain;  // trie nodes to check against the stack
+    std::shared_ptr<const NodeMasks> masks[Vocab::kParts];
+    std::vector<int32_t> uncertain[Vocab::kParts];  // trie nodes to check against the stack
   };
 
   // Checks and compiles g (tern::Error naming the problem); token terminals
@@ -37,6 +39,8 @@ class CompiledGrammar {
   std::shared_ptr<const Vocab> vocab_;
   std::unique_ptr<std::once_flag[]> once_;
   mutable std::vector<NodeInfo> info_;
+  mutable std::mutex uncertain_mutex_;
+  mutable std::map<std::pair<int32_t, const NodeMasks*>, std::vector<int32_t>> uncertain_memo_;
 };
 
 }  // namespace tern::grammar

@@ -25,6 +25,12 @@ class ByteSet {
   // The maximal runs [lo, hi] of members, in increasing order.
   std::vector<std::pair<uint8_t, uint8_t>> runs() const;
   ByteSet& operator|=(const ByteSet& o);
+  const std::array<uint64_t, 4>& words() const { return bits_; }
+  bool subset_of(const ByteSet& o) const {
+    for (size_t i = 0; i < 4; ++i)
+      if (bits_[i] & ~o.bits_[i]) return false;
+    return true;
+  }
   bool operator==(const ByteSet& o) const = default;
 
  private:

@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include "core/error.h"
+#include "grammar/compiled_grammar.h"
 
 namespace tern::grammar {
 namespace {
@@ -170,7 +171,11 @@ ExprPtr JsonCompiler::object_value(const Shape& sh) {
     }
   }
   graph.finals = {R(n)};  // F(n), no member at all, is the empty object below
-  ExprPtr extra_value = member_value(sh.additional);
+  // Additional members only when the schema says which (additionalProperties)
+  // or lists no property at all: {"type": "object"} is any object, but one
+  // that lists its properties gets those (any instance without others is valid).
+  ExprPtr extra_value =
+      sh.additional_given || sh.properties.empty() ? member_value(sh.additional) : nothing();
   if (extra_value->kind != Expr::Kind::nothing) {
     const CharFsa keys = fsa_intersect(
         fsa_none_of(names), opts_.forbidden.empty() ? fsa_repeat(CodepointSet::all(), 0, -1)
@@ -262,6 +267,21 @@ Grammar json_schema_grammar(const ojson& schema, const JsonOptions& options) {
     fail("JSON Schema: no value satisfies the schema at #");
   g.set_root(root);
   return g;
+}
+
+void warm_up(const std::shared_ptr<const Vocab>& vocab) {
+  // Positions of a string with 0..kShortToken characters left, with and
+  // without one more required, of one without bounds, and of the formats.
+  std::vector<ojson> schemas = {
+      ojson::parse(R"({"type": "string"})"), ojson::parse(R"({"type": "string", "maxLength": 16})"),
+      ojson::parse(R"({"type": "string", "minLength": 1, "maxLength": 16})")};
+  for (const char* f : {"date", "time", "date-time", "uuid", "email", "ipv4"})
+    schemas.push_back({{"type", "string"}, {"format", f}});
+  for (const ojson& s : schemas) {
+    const CompiledGrammar g(json_schema_grammar(s), vocab);
+    for (size_t n = 0; n < g.pda().nodes.size(); ++n)
+      if (g.pda().nodes[n].consumes()) g.info(int32_t(n));
+  }
 }
 
 Grammar json_object_grammar(const JsonOptions& options) {

@@ -313,6 +313,7 @@ void SchemaDocument::read(Shape& sh, const ojson* s, int depth) {
     const ojson& ap = (*s)["additionalProperties"];
     name(&ap, s, "additionalProperties");
     own.additional = Sub{{&ap}};
+    own.additional_given = true;
   }
   if (s->contains("required")) {
     const ojson& req = (*s)["required"];
@@ -378,6 +379,7 @@ Shape SchemaDocument::merge(const Shape& a, const Shape& b) {
       if (!a.property(n)) r.properties.push_back({n, both(a.additional, sub)});
     r.additional = both(a.additional, b.additional);
   }
+  r.additional_given = a.additional_given || b.additional_given;
   for (const std::string& n : b.required)
     if (std::find(r.required.begin(), r.required.end(), n) == r.required.end())
       r.required.push_back(n);

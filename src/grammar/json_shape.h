@@ -60,8 +60,9 @@ struct Shape {
   std::vector<std::pair<std::string, Sub>> properties;
   std::vector<std::string> required;
   Sub additional;
-  std::vector<Group> groups;  // anyOf / oneOf, all to hold
-  std::string path;           // where it comes from, for messages
+  bool additional_given = false;  // some member says additionalProperties
+  std::vector<Group> groups;      // anyOf / oneOf, all to hold
+  std::string path;               // where it comes from, for messages
 
   // Anything at all (no keyword constrains it).
   bool unconstrained() const;

@@ -51,11 +51,10 @@ void Matcher::rollback(size_t n) {
   checked_.clear();  // frame ids may be reused
 }
 
-std::vector<int32_t> Matcher::check(const std::vector<int32_t>& candidates,
-                                    std::span<const uint32_t> words) {
-  const TokenTrie& trie = grammar_->vocab().trie();
+void Matcher::check(int part, const std::vector<int32_t>& candidates,
+                    std::span<const uint32_t> words, std::vector<int32_t>& out) {
   const Vocab& vocab = grammar_->vocab();
-  std::vector<int32_t> out;
+  const TokenTrie& trie = vocab.trie(part);
   const size_t base = walker_.top_level();
   std::string_view prev;
   size_t pushed = 0;       // bytes of prev on the walker
@@ -79,10 +78,11 @@ std::vector<int32_t> Matcher::check(const std::vector<int32_t>& candidates,
         dead = pushed + 1;
         break;
       }
-    if (dead == SIZE_MAX) out.push_back(c);
+    if (dead == SIZE_MAX)
+      for (int32_t k = trie.first[size_t(c)]; k < trie.first[size_t(c) + 1]; ++k)
+        out.push_back(trie.ids[size_t(k)]);
   }
   walker_.pop_to(base);
-  return out;
 }
 
 void Matcher::fill_mask(std::span<uint32_t> words) {
@@ -91,28 +91,33 @@ void Matcher::fill_mask(std::span<uint32_t> words) {
   std::fill(words.begin(), words.end(), 0u);
   const Pda& pda = grammar_->pda();
   const std::span<const Pair> top = walker_.top();
-  std::vector<int32_t> candidates;
+  std::vector<int32_t> candidates[Vocab::kParts];
+  bool any = false;
   for (const Pair& p : top) {
     const CompiledGrammar::NodeInfo& info = grammar_->info(p.node);
-    info.masks->accepted.or_into(words);
-    candidates.insert(candidates.end(), info.uncertain.begin(), info.uncertain.end());
+    for (int part = 0; part < Vocab::kParts; ++part) {
+      info.masks[part]->accepted.or_into(words);
+      const std::vector<int32_t>& u = info.uncertain[part];
+      candidates[part].insert(candidates[part].end(), u.begin(), u.end());
+      any = any || !u.empty();
+    }
     for (const Pda::TokenEdge& e : pda.tokens_of(p.node)) set_bit(words, e.token);
   }
-  if (candidates.empty()) return;
-  if (top.size() > 1) {
-    std::sort(candidates.begin(), candidates.end());
-    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  }
+  if (!any) return;
+  if (top.size() > 1)
+    for (std::vector<int32_t>& c : candidates) {
+      std::sort(c.begin(), c.end());
+      c.erase(std::unique(c.begin(), c.end()), c.end());
+    }
   std::string key(reinterpret_cast<const char*>(top.data()), top.size_bytes());
   auto it = checked_.find(key);
   if (it == checked_.end()) {
     if (checked_.size() >= kMaxCheckedStates) checked_.clear();
-    it = checked_.emplace(std::move(key), check(candidates, words)).first;
+    std::vector<int32_t> ids;
+    for (int part = 0; part < Vocab::kParts; ++part) check(part, candidates[part], words, ids);
+    it = checked_.emplace(std::move(key), std::move(ids)).first;
   }
-  const TokenTrie& trie = vocab.trie();
-  for (int32_t c : it->second)
-    for (int32_t k = trie.first[size_t(c)]; k < trie.first[size_t(c) + 1]; ++k)
-      set_bit(words, trie.ids[size_t(k)]);
+  for (int32_t id : it->second) set_bit(words, id);
 }
 
 }  // namespace tern::grammar

@@ -41,13 +41,14 @@ class Matcher {
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
-  // The candidates (trie nodes) that the current stacks accept.
-  std::vector<int32_t> check(const std::vector<int32_t>& candidates,
-                             std::span<const uint32_t> words);
+  // Adds to `out` the ids of the candidates (trie nodes of a vocabulary part)
+  // the current stacks accept.
+  void check(int part, const std::vector<int32_t>& candidates, std::span<const uint32_t> words,
+             std::vector<int32_t>& out);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   Walker walker_;
-  // Checked candidates by state (the stacks, as bytes): a long string keeps one state.
+  // The accepted candidates' ids by state (the stacks, as bytes): a long string keeps one state.
   std::unordered_map<std::string, std::vector<int32_t>> checked_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -23,7 +24,8 @@ namespace tern::grammar {
 class TokenSet {
  public:
   TokenSet() = default;
-  // From a bitset over the vocabulary; kept as a list when that is smaller.
+  // Of ids (any order) of a vocabulary of `vocab` ids.
+  TokenSet(std::vector<int32_t> ids, int vocab);
   explicit TokenSet(std::vector<uint32_t> bits);
   void or_into(std::span<uint32_t> words) const;
   bool contains(int32_t id) const;
@@ -42,18 +44,21 @@ struct NodeMasks {
   size_t memory() const { return accepted.memory() + exits.size() * 8 + sizeof(NodeMasks); }
 };
 
-// The node on its own (parent kExit), over the whole trie.
-NodeMasks classify(const Pda& pda, const Vocab& vocab, int32_t node);
+// The node on its own (parent kExit), over the trie of vocabulary part
+// `part`. `plain`: no rule is called within that trie's longest token of the
+// node (share_key is not empty), which allows a faster walk.
+NodeMasks classify(const Pda& pda, const Vocab& vocab, int part, int32_t node, bool plain);
 
 // A key that is the same for two nodes (of any grammars) exactly when their
-// classification is: the automaton reachable from the node within the
-// longest token's bytes, written out in breadth-first order. Empty when that
-// part calls other rules or is too large to be worth sharing.
-std::string share_key(const Pda& pda, int32_t node, size_t horizon);
+// classification is: a digest of the automaton reachable from the node
+// within `horizon` bytes (the longest token of the part), written out in
+// breadth-first order. None when that part calls other rules or is too large
+// to be worth sharing.
+std::optional<ShareKey> share_key(const Pda& pda, int32_t node, size_t horizon, int part);
 
 // The trie nodes of the exit tokens that may go on after the rule in some
 // place it is called from (not already accepted), in trie order.
-std::vector<int32_t> uncertain_tokens(const Pda& pda, const Vocab& vocab, int32_t node,
+std::vector<int32_t> uncertain_tokens(const Pda& pda, const Vocab& vocab, int part, int32_t node,
                                       const NodeMasks& masks);
 
 }  // namespace tern::grammar

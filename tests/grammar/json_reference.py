@@ -3,7 +3,8 @@ when it parses, python-jsonschema (Debian's, not tern) validates it, and its
 text is in tern's normal form (docs/grammar.md): whitespace only after
 { [ , : and before } ], each gap "", " " or a newline and up to 20 spaces or
 tabs; object members in the schema's property order, then the additional
-ones, whose names the schema does not list; known names written as
+ones (when additionalProperties is given, or no property is listed), whose
+names the schema does not list; known names written as
 json.dumps writes them; integers (type integer alone) without fraction or
 exponent; bounded numbers without exponent, at most 15 digits, no negative
 zero; enum and const values as compact json.dumps; no surrogate escapes;
@@ -218,7 +219,8 @@ class Reference:
             props = s.get("properties", {})
             order = list(props)
             pos, extra, seen = -1, False, set()
-            additional = s.get("additionalProperties", True)
+            # Absent additionalProperties: members beyond the listed ones only when none is listed.
+            additional = s.get("additionalProperties", True if not props else False)
             for raw_key, key, item in node[1]:
                 sub_value = _value(item)
                 if key in props:

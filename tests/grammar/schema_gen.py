@@ -371,7 +371,7 @@ def instance(s, rng, root, depth=0):
                         return None
                     continue
                 members.append(json.dumps(name, ensure_ascii=False) + ":" + gap(rng) + v)
-        additional = s.get("additionalProperties", True)
+        additional = s.get("additionalProperties", True if not props else False)
         if additional is not False:
             for i in range(rng.randint(0, 2)):
                 name = rng.choice(["extra", "é", "n"]) + str(i)

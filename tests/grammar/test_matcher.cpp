@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
+#include "grammar/json_schema.h"
 #include "grammar_test_util.h"
 
 namespace tern::test {
@@ -73,8 +74,8 @@ TEST(Matcher, AddedTokensOnlyWhole) {
 
 // A random walk: at each step the fast mask equals the brute-force one, and a
 // random allowed token is taken.
-void random_walk(const std::string& gbnf, uint64_t seed, int steps) {
-  Matcher m(compile_gbnf(gbnf));
+void random_walk(std::shared_ptr<const grammar::CompiledGrammar> g, uint64_t seed, int steps) {
+  Matcher m(std::move(g));
   CounterRng rng(seed);
   for (int s = 0; s < steps; ++s) {
     const auto fast = fast_mask(m);
@@ -99,18 +100,32 @@ ws ::= | " " | "\n" [ \t]{0,20}
 )";
 
 TEST(Matcher, MaskEqualsBruteForceJson) {
-  for (uint64_t seed = 1; seed <= 3; ++seed) random_walk(kJson, seed, 25);
+  for (uint64_t seed = 1; seed <= 3; ++seed) random_walk(compile_gbnf(kJson), seed, 25);
 }
 
 TEST(Matcher, MaskEqualsBruteForceMisc) {
-  random_walk(R"(root ::= (line "\n"){1,4}
-line ::= [a-z ]{0,12} ("!" | "?")?)",
+  random_walk(compile_gbnf(R"(root ::= (line "\n"){1,4}
+line ::= [a-z ]{0,12} ("!" | "?")?)"),
               7, 20);
-  random_walk(R"G(root ::= expr
+  random_walk(compile_gbnf(R"G(root ::= expr
 expr ::= term (("+" | "-") term)*
-term ::= [0-9]+ | "(" expr ")")G",
+term ::= [0-9]+ | "(" expr ")")G"),
               8, 30);
-  random_walk(R"(root ::= "say " ("hi" | "hello" | "hey") (" " [^\n]{1,3})* "\n")", 9, 20);
+  random_walk(compile_gbnf(R"(root ::= "say " ("hi" | "hello" | "hey") (" " [^\n]{1,3})* "\n")"), 9,
+              20);
+}
+
+// JSON Schema grammars: strings are rules without calls (the plain walk and
+// masks shared between grammars), bounded lengths, numbers, nested objects.
+TEST(Matcher, MaskEqualsBruteForceJsonSchema) {
+  static const auto schema = grammar::ojson::parse(R"({"type": "object", "properties": {
+      "s": {"type": "string", "maxLength": 5}, "t": {"type": "string"},
+      "n": {"type": "number", "minimum": -2.5, "maximum": 40},
+      "o": {"type": "object", "properties": {"k": {"enum": ["x", 1, null]}}}},
+      "required": ["s", "t", "n"], "additionalProperties": {"type": "integer"}})");
+  auto g = std::make_shared<const grammar::CompiledGrammar>(grammar::json_schema_grammar(schema),
+                                                            qwen3_vocab());
+  for (uint64_t seed = 1; seed <= 4; ++seed) random_walk(g, seed, 30);
 }
 
 }  // namespace
