@@ -39,8 +39,7 @@ class Parser {
     size_t pos;
   };
 
-  template <typename... Args>
-  [[noreturn]] void fail_at(size_t pos, fmt::format_string<Args...> f, Args&&... args) {
+  std::string where(size_t pos) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos && i < s_.size(); ++i) {
       if (s_[i] == '\n')
@@ -48,7 +47,12 @@ class Parser {
       else
         ++col;
     }
-    fail("GBNF line {} column {}: {}", line, col, fmt::format(f, std::forward<Args>(args)...));
+    return fmt::format("line {} column {}", line, col);
+  }
+
+  template <typename... Args>
+  [[noreturn]] void fail_at(size_t pos, fmt::format_string<Args...> f, Args&&... args) {
+    fail("GBNF {}: {}", where(pos), fmt::format(f, std::forward<Args>(args)...));
   }
 
   bool at_end() const { return pos_ >= s_.size(); }
@@ -131,7 +135,7 @@ class Parser {
         ++pos_;
         skip_space(true);
         item = parse_alternates(true, depth + 1);
-        if (peek() != ')') fail_at(pos_, "expected ')'");
+        if (peek() != ')') fail_at(pos_, "expected ')' closing the '(' at {}", where(start));
         ++pos_;
       } else if (c == '<' || c == '!') {
         item = parse_token();

@@ -7,6 +7,7 @@ namespace tern::grammar {
 namespace {
 
 constexpr int kMaxExpansion = 16;  // nested anyOf / oneOf expansions
+constexpr int kMaxNesting = 200;   // objects and arrays inside each other
 
 std::string key_of(const StringRules& r) {
   std::string k = fmt::format("s{},{}", r.min_length, r.max_length);
@@ -36,9 +37,14 @@ int JsonCompiler::root_rule() {
 int JsonCompiler::rule_of(const Sub& s) {
   auto it = rules_.find(s.all);
   if (it != rules_.end()) return it->second;
-  const int r = g_.declare(s.all.empty() ? "value" : doc_.path(s.all[0]));
+  const std::string path = s.all.empty() ? "value" : doc_.path(s.all[0]);
+  if (nesting_ >= kMaxNesting)
+    fail("JSON Schema at {}: values nest deeper than {} levels", path, kMaxNesting);
+  const int r = g_.declare(path);
   rules_.emplace(s.all, r);
+  ++nesting_;  // a rule's body compiles the rules of the values inside it
   g_.define(r, value(doc_.shape(s), 0));
+  --nesting_;
   return r;
 }
 

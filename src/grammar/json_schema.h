@@ -60,6 +60,7 @@ class JsonCompiler {
   ExprPtr gap_;
   std::map<std::vector<const ojson*>, int> rules_;
   std::map<std::string, int> named_rules_;  // strings and numbers by their constraints
+  int nesting_ = 0;                         // rules being compiled
 };
 
 // The grammar of the documents `schema` allows (tern::Error for an

@@ -204,7 +204,7 @@ void SchemaDocument::read(Shape& sh, const ojson* s, int depth) {
   }
   if (!s->is_object()) fail("JSON Schema at {}: a schema must be an object or a boolean", where);
   for (const auto& [key, value] : s->items())
-    if (!supported().count(key) && !annotations().count(key))
+    if (!supported().count(key) && !annotations().count(key) && !key.starts_with("x-"))
       fail("JSON Schema: unsupported keyword '{}' at {}", key, where);
   auto count = [&](const char* key) -> std::optional<uint64_t> {
     if (!s->contains(key)) return std::nullopt;

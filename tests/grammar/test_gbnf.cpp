@@ -74,7 +74,8 @@ TEST(Gbnf, Errors) {
   EXPECT_EQ(error_of("root ::= \"\\q\""), "GBNF line 1 column 11: unknown escape '\\q'");
   EXPECT_EQ(error_of("root ::= [a-"), "GBNF line 1 column 10: unterminated character class");
   EXPECT_EQ(error_of("root ::= [z-a]"), "GBNF line 1 column 10: character range is reversed");
-  EXPECT_EQ(error_of("root ::= (\"a\""), "GBNF line 1 column 14: expected ')'");
+  EXPECT_EQ(error_of("root ::= (\"a\""),
+            "GBNF line 1 column 14: expected ')' closing the '(' at line 1 column 10");
   EXPECT_EQ(error_of("root ::= * \"a\""), "GBNF line 1 column 10: '*' without an item before it");
   EXPECT_EQ(error_of("root = \"a\""),
             "GBNF line 1 column 6: expected '::=' after rule name 'root'");
