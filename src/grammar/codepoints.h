@@ -43,6 +43,32 @@ void append_utf8(uint32_t cp, std::string& out);
 // Decodes one UTF-8 character at s[pos], advancing pos; -1 for invalid UTF-8.
 int64_t decode_utf8(std::string_view s, size_t& pos);
 
+// The value of a hexadecimal digit, or -1.
+inline int hex_value(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+// The character of a letter escape (\n \r \t \f \v), or -1.
+inline int letter_escape(char c) {
+  switch (c) {
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    default:
+      return -1;
+  }
+}
+
 // The UTF-8 encodings of the members of `set` (surrogates never match).
 ExprPtr utf8_class(const CodepointSet& set);
 

@@ -219,13 +219,8 @@ class Parser {
     }
     char e = peek(1);
     pos_ += 2;
+    if (int c = letter_escape(e); c >= 0) return uint32_t(c);
     switch (e) {
-      case 'n':
-        return '\n';
-      case 'r':
-        return '\r';
-      case 't':
-        return '\t';
       case '\\':
       case '"':
       case '[':
@@ -246,15 +241,10 @@ class Parser {
 
   uint32_t parse_hex(int digits, size_t start) {
     uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      char c = peek();
-      int d = c >= '0' && c <= '9'   ? c - '0'
-              : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                     : -1;
+    for (int i = 0; i < digits; ++i, ++pos_) {
+      const int d = hex_value(peek());
       if (d < 0) fail_at(start, "expected {} hex digits", digits);
       v = v * 16 + uint32_t(d);
-      ++pos_;
     }
     if (v > kMaxCodepoint || (v >= 0xD800 && v <= 0xDFFF))
       fail_at(start, "escape \\u{:X} is not a Unicode scalar value", v);

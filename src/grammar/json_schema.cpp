@@ -48,18 +48,23 @@ int JsonCompiler::rule_of(const Sub& s) {
   return r;
 }
 
+std::pair<const Group*, Shape> JsonCompiler::split_group(const Shape& sh, int depth) {
+  if (depth > kMaxExpansion)
+    fail("JSON Schema at {}: anyOf/oneOf nest or recur more than {} levels deep", sh.path,
+         kMaxExpansion);
+  const Group* g = &sh.groups.front();
+  if (g->one_of) doc_.check_disjoint(*g);
+  Shape rest = sh;
+  rest.groups.erase(rest.groups.begin());
+  return {g, std::move(rest)};
+}
+
 ExprPtr JsonCompiler::value(const Shape& sh, int depth) {
   if (sh.types == 0) return nothing();
   if (!sh.groups.empty()) {
-    if (depth > kMaxExpansion)
-      fail("JSON Schema at {}: anyOf/oneOf nest or recur more than {} levels deep", sh.path,
-           kMaxExpansion);
-    const Group& g = sh.groups.front();
-    if (g.one_of) doc_.check_disjoint(g);
-    Shape rest = sh;
-    rest.groups.erase(rest.groups.begin());
+    const auto [g, rest] = split_group(sh, depth);
     std::vector<ExprPtr> alts;
-    for (const ojson* b : g.branches)
+    for (const ojson* b : g->branches)
       alts.push_back(rest.unconstrained() ? ref(rule_of(Sub{{b}}))
                                           : value(doc_.merge(rest, doc_.shape(b)), depth + 1));
     return alt(std::move(alts));
@@ -242,15 +247,9 @@ CharFsa JsonCompiler::strings_of(const Sub& sub) {
 CharFsa JsonCompiler::string_fsa(const Shape& sh, int depth) {
   if (!(sh.types & kString)) return CharFsa();
   if (!sh.groups.empty()) {
-    if (depth > kMaxExpansion)
-      fail("JSON Schema at {}: anyOf/oneOf nest or recur more than {} levels deep", sh.path,
-           kMaxExpansion);
-    const Group& g = sh.groups.front();
-    if (g.one_of) doc_.check_disjoint(g);
-    Shape rest = sh;
-    rest.groups.erase(rest.groups.begin());
+    const auto [g, rest] = split_group(sh, depth);
     std::vector<CharFsa> parts;
-    for (const ojson* b : g.branches)
+    for (const ojson* b : g->branches)
       parts.push_back(string_fsa(doc_.merge(rest, doc_.shape(b)), depth + 1));
     return fsa_union(parts);
   }

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -43,6 +44,9 @@ class JsonCompiler {
 
  private:
   int rule_of(const Sub& s);
+  // The first anyOf/oneOf group of sh and sh without it (the branches each
+  // merge with that); `depth`: groups expanded so far.
+  std::pair<const Group*, Shape> split_group(const Shape& sh, int depth);
   ExprPtr value(const Shape& sh, int depth);
   ExprPtr typed(const Shape& sh);
   ExprPtr member_value(const Sub& s);

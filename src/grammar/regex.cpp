@@ -246,15 +246,10 @@ class Parser {
 
   uint32_t hex(int digits) {
     uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      char h = peek();
-      int d = h >= '0' && h <= '9'   ? h - '0'
-              : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                     : -1;
+    for (int i = 0; i < digits; ++i, ++pos_) {
+      const int d = hex_value(peek());
       if (d < 0) error("expected {} hex digits", digits);
       v = v * 16 + uint32_t(d);
-      ++pos_;
     }
     return v;
   }
@@ -263,17 +258,8 @@ class Parser {
   uint32_t escaped_char(bool in_class) {
     char c = peek();
     ++pos_;
+    if (int e = letter_escape(c); e >= 0) return uint32_t(e);
     switch (c) {
-      case 'n':
-        return '\n';
-      case 'r':
-        return '\r';
-      case 't':
-        return '\t';
-      case 'f':
-        return '\f';
-      case 'v':
-        return '\v';
       case 'b':
         if (in_class) return '\b';
         break;

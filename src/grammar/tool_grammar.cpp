@@ -4,26 +4,12 @@
 
 #include "core/error.h"
 #include "grammar/json_schema.h"
+#include "tokenizer/tool_call.h"
 
 namespace tern::grammar {
 namespace {
 
 const std::vector<std::string> kClosingTags = {"</parameter>", "</tool_call>"};
-
-// The JSON types tern's parser reads a parameter as: its "type" (a name or a
-// list) and those of its anyOf/oneOf branches, as tool_call.cpp's collect_types.
-void parser_types(const ojson& schema, std::set<std::string>& types) {
-  if (!schema.is_object()) return;
-  if (auto t = schema.find("type"); t != schema.end()) {
-    if (t->is_string()) types.insert(t->get<std::string>());
-    if (t->is_array())
-      for (const ojson& x : *t)
-        if (x.is_string()) types.insert(x.get<std::string>());
-  }
-  for (const char* key : {"anyOf", "oneOf"})
-    if (auto alt = schema.find(key); alt != schema.end() && alt->is_array())
-      for (const ojson& s : *alt) parser_types(s, types);
-}
 
 bool is_space(uint32_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -95,7 +81,7 @@ class ToolBuilder {
   // The texts the parser reads back as a valid value of the parameter.
   ExprPtr value(const std::string& fn, const std::string& param, const ojson& schema) {
     std::set<std::string> types;
-    parser_types(schema, types);
+    parameter_types(schema, types);
     const Sub sub{{&schema}};
     auto has = [&](const char* t) { return types.count(t) != 0; };
     std::vector<ExprPtr> alts;

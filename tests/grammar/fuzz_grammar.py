@@ -188,7 +188,7 @@ def matcher(driver, args):
     for k in range(args.random):
         rng = random.Random(5000 + k)
         g = schema_gen.RandomGbnf(rng)
-        pattern = re.compile(g.regex(g.root), re.DOTALL)
+        pattern = re.compile(g.regex(), re.DOTALL)
         texts = set()
         for _ in range(20):
             t = g.sample()

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/gbnf.h"
 #include "grammar/matcher.h"
@@ -31,6 +32,24 @@ inline std::shared_ptr<const grammar::CompiledGrammar> compile_gbnf(
     const std::string& text, std::shared_ptr<const grammar::Vocab> vocab = qwen3_vocab()) {
   return std::make_shared<const grammar::CompiledGrammar>(grammar::parse_gbnf(text, vocab.get()),
                                                           vocab);
+}
+
+// Whether the grammar's matcher takes text as a whole sentence.
+inline bool matches(const std::shared_ptr<const grammar::CompiledGrammar>& g,
+                    const std::string& text) {
+  grammar::Matcher m(g);
+  return (text.empty() || m.accept_bytes(text)) && m.can_end();
+}
+
+// The message of the tern::Error that f throws ("" when none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline std::vector<uint32_t> fast_mask(grammar::Matcher& m) {

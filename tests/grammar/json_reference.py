@@ -104,45 +104,38 @@ class Raw:
             raise ValueError("surrogate")
         return ("string", raw, json.loads(raw))
 
+    def items(self, close, item):
+        """A comma-separated list up to `close` (the opening bracket read)."""
+        self.i += 1
+        self.gap()
+        out = []
+        if self.s[self.i] != close:
+            while True:
+                out.append(item())
+                if self.s[self.i] != ",":
+                    break
+                self.i += 1
+                self.gap()
+        self.gap()
+        if self.s[self.i] != close:
+            raise ValueError(close)
+        self.i += 1
+        return out
+
+    def member(self):
+        key = self.string()
+        if self.s[self.i] != ":":
+            raise ValueError("colon")
+        self.i += 1
+        self.gap()
+        return (key[1], key[2], self.value())
+
     def value(self):
         c = self.s[self.i]
         if c == "{":
-            self.i += 1
-            self.gap()
-            members = []
-            if self.s[self.i] != "}":
-                while True:
-                    key = self.string()
-                    if self.s[self.i] != ":":
-                        raise ValueError("colon")
-                    self.i += 1
-                    self.gap()
-                    members.append((key[1], key[2], self.value()))
-                    if self.s[self.i] != ",":
-                        break
-                    self.i += 1
-                    self.gap()
-            self.gap()
-            if self.s[self.i] != "}":
-                raise ValueError("}")
-            self.i += 1
-            return ("object", members)
+            return ("object", self.items("}", self.member))
         if c == "[":
-            self.i += 1
-            self.gap()
-            items = []
-            if self.s[self.i] != "]":
-                while True:
-                    items.append(self.value())
-                    if self.s[self.i] != ",":
-                        break
-                    self.i += 1
-                    self.gap()
-            self.gap()
-            if self.s[self.i] != "]":
-                raise ValueError("]")
-            self.i += 1
-            return ("array", items)
+            return ("array", self.items("]", self.value))
         if c == '"':
             return self.string()
         m = re.compile(r"true|false|null|-?[0-9][0-9.eE+-]*").match(self.s, self.i)

@@ -211,15 +211,6 @@ class Gen:
         return s
 
 
-def strip_private(s):
-    """The schema without the generator's x- annotations (the Pattern objects)."""
-    if isinstance(s, dict):
-        return {k: strip_private(v) for k, v in s.items() if not k.startswith("x-")}
-    if isinstance(s, list):
-        return [strip_private(v) for v in s]
-    return s
-
-
 def random_schema(seed, bounded):
     g = Gen(random.Random(seed), bounded)
     return g.root()
@@ -444,43 +435,32 @@ class RandomGbnf:
     def gbnf_char(c):
         return {'"': '\\"', "\\": "\\\\", "-": "\\-", "]": "\\]", "^": "\\^", "[": "\\["}.get(c, c)
 
-    def gbnf(self, n):
-        kind = n[0]
-        if kind == "lit":
-            return '"' + "".join({'"': '\\"', "\\": "\\\\"}.get(c, c) for c in n[1]) + '"'
-        if kind == "cls":
-            return "[" + ("^" if n[2] else "") + "".join(self.gbnf_char(c) for c in n[1]) + "]"
-        if kind == "seq":
-            return "(" + " ".join(self.gbnf(x) for x in n[1]) + ")"
-        if kind == "alt":
-            return "(" + " | ".join(self.gbnf(x) for x in n[1]) + ")"
-        if kind == "rep":
-            hi = "" if n[3] is None else str(n[3])
-            return "(" + self.gbnf(n[1]) + "){" + str(n[2]) + "," + hi + "}"
-        return n[1]
-
-    def text(self):
-        lines = ["root ::= " + self.gbnf(self.root)]
-        for name, body in self.rules.items():
-            lines.append(f"{name} ::= {self.gbnf(body)}")
-        return "\n".join(lines)
-
-    def regex(self, n):
+    def render(self, n, gbnf):
+        """n as GBNF text, or as a Python regular expression."""
         import re as _re
         kind = n[0]
         if kind == "lit":
-            return _re.escape(n[1])
+            return '"' + "".join({'"': '\\"', "\\": "\\\\"}.get(c, c) for c in n[1]) + '"' if gbnf else _re.escape(n[1])
         if kind == "cls":
-            body = "".join(_re.escape(c) for c in n[1])
-            return "[^" + body + "]" if n[2] else "[" + body + "]"
-        if kind == "seq":
-            return "(?:" + "".join(self.regex(x) for x in n[1]) + ")"
-        if kind == "alt":
-            return "(?:" + "|".join(self.regex(x) for x in n[1]) + ")"
+            body = "".join(self.gbnf_char(c) if gbnf else _re.escape(c) for c in n[1])
+            return "[" + ("^" if n[2] else "") + body + "]"
+        open_ = "(" if gbnf else "(?:"
+        if kind in ("seq", "alt"):
+            sep = (" " if gbnf else "") if kind == "seq" else (" | " if gbnf else "|")
+            return open_ + sep.join(self.render(x, gbnf) for x in n[1]) + ")"
         if kind == "rep":
             hi = "" if n[3] is None else str(n[3])
-            return "(?:" + self.regex(n[1]) + "){" + str(n[2]) + "," + hi + "}"
-        return "(?:" + self.regex(self.rules[n[1]]) + ")"
+            return open_ + self.render(n[1], gbnf) + "){" + str(n[2]) + "," + hi + "}"
+        return n[1] if gbnf else open_ + self.render(self.rules[n[1]], gbnf) + ")"
+
+    def text(self):
+        lines = ["root ::= " + self.render(self.root, True)]
+        for name, body in self.rules.items():
+            lines.append(f"{name} ::= {self.render(body, True)}")
+        return "\n".join(lines)
+
+    def regex(self):
+        return self.render(self.root, False)
 
     def sample(self, n=None):
         r = self.rng

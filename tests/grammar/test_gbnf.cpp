@@ -10,17 +10,11 @@ namespace tern::test {
 namespace {
 
 bool matches(const std::string& gbnf, const std::string& text) {
-  grammar::Matcher m(compile_gbnf(gbnf));
-  return (text.empty() || m.accept_bytes(text)) && m.can_end();
+  return test::matches(compile_gbnf(gbnf), text);
 }
 
 std::string error_of(const std::string& gbnf) {
-  try {
-    compile_gbnf(gbnf);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { compile_gbnf(gbnf); });
 }
 
 TEST(Gbnf, Syntax) {

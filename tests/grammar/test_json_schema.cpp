@@ -19,18 +19,8 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_schema(const std::string
       grammar::json_schema_grammar(*keep.back()), qwen3_vocab());
 }
 
-bool valid(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::string& doc) {
-  grammar::Matcher m(g);
-  return m.accept_bytes(doc) && m.can_end();
-}
-
 std::string error_of(const std::string& schema) {
-  try {
-    compile_schema(schema);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { compile_schema(schema); });
 }
 
 struct Case {
@@ -40,8 +30,8 @@ struct Case {
 
 void check(const Case& c) {
   auto g = compile_schema(c.schema);
-  for (const char* d : c.good) EXPECT_TRUE(valid(g, d)) << c.schema << " should accept " << d;
-  for (const char* d : c.bad) EXPECT_FALSE(valid(g, d)) << c.schema << " should refuse " << d;
+  for (const char* d : c.good) EXPECT_TRUE(matches(g, d)) << c.schema << " should accept " << d;
+  for (const char* d : c.bad) EXPECT_FALSE(matches(g, d)) << c.schema << " should refuse " << d;
 }
 
 TEST(JsonSchema, Types) {

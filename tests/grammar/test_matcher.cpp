@@ -13,8 +13,7 @@ namespace {
 using grammar::Matcher;
 
 bool accepts(const std::string& gbnf, const std::string& text) {
-  Matcher m(compile_gbnf(gbnf));
-  return m.accept_bytes(text) && m.can_end();
+  return matches(compile_gbnf(gbnf), text);
 }
 
 TEST(Matcher, AcceptsAndRefuses) {
