@@ -1,11 +1,15 @@
-// tern run: stream a completion from a prompt (greedy by default) and report speed.
+// tern run: stream a completion from a prompt (greedy by default) and report
+// speed; --json-schema / --grammar constrain it (after the reasoning with --chat).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "cli/commands.h"
@@ -14,6 +18,8 @@
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "grammar/request.h"
+#include "grammar/tokenizer_vocab.h"
 #include "tokenizer/chat_template.h"
 
 namespace tern::cli {
@@ -28,12 +34,13 @@ struct RunOptions {
   int64_t chunk = 512;
   bool ignore_eos = false;
   bool chat = false, no_thinking = false;
+  std::string json_schema, grammar;  // files
   SamplingParams sampling;
 };
 
 // The prompt's ids: --prompt-ids as given, or --prompt encoded (as a single
 // user turn of the chat template with --chat).
-std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
+std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok, bool* thinking) {
   if (o.prompt.empty() == o.prompt_ids.empty())
     fail("give exactly one of --prompt and --prompt-ids");
   if (!o.prompt_ids.empty()) return o.prompt_ids;
@@ -42,7 +49,36 @@ std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok) {
   nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}},
                                 {"add_generation_prompt", true}};
   if (o.no_thinking) req["enable_thinking"] = false;
-  return tok->encode(render_chat(req));
+  const std::string text = render_chat(req);
+  *thinking = prompt_opens_reasoning(text);
+  return tok->encode(text);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read {}", path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The constraint of --json-schema / --grammar (nullptr without them).
+std::unique_ptr<grammar::GrammarConstraint> constraint_of(
+    const RunOptions& o, const Tokenizer* tok, const ModelConfig& c, bool thinking,
+    const std::vector<int32_t>& stops, std::optional<grammar::GrammarCache>& cache) {
+  if (o.json_schema.empty() && o.grammar.empty()) return nullptr;
+  if (!o.json_schema.empty() && !o.grammar.empty())
+    fail("give at most one of --json-schema and --grammar");
+  if (!tok) fail("{} has no tokenizer.json: --json-schema and --grammar need it", o.run.model);
+  grammar::ConstraintRequest r;
+  if (!o.json_schema.empty()) {
+    r.answer = grammar::ConstraintRequest::Answer::json_schema;
+    r.schema = nlohmann::ordered_json::parse(read_text(o.json_schema), nullptr, false);
+    if (r.schema.is_discarded()) fail("{}: invalid JSON", o.json_schema);
+  } else {
+    r.answer = grammar::ConstraintRequest::Answer::gbnf;
+    r.gbnf = read_text(o.grammar);
+  }
+  cache.emplace(grammar::vocab_of(*tok, c.vocab), 1);
+  return grammar::make_constraint(r, *cache, thinking, stops);
 }
 
 int run_generation(const RunOptions& o) {
@@ -50,8 +86,9 @@ int run_generation(const RunOptions& o) {
   std::optional<Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(o.run.model) / "tokenizer.json"))
     tok.emplace(Tokenizer::load(o.run.model));
+  bool thinking = false;
   Request r;
-  r.prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  r.prompt = prompt_ids(o, tok ? &*tok : nullptr, &thinking);
   if (r.prompt.empty()) fail("the prompt encodes to no tokens");
   r.sampling = o.sampling;
   r.max_tokens = o.max_tokens;
@@ -63,6 +100,10 @@ int run_generation(const RunOptions& o) {
   eo.cache_bytes = 0;
   eo.chunk = o.chunk;
   Engine engine(*backend, tok ? &*tok : nullptr, eo);
+  std::optional<grammar::GrammarCache> cache;
+  std::shared_ptr<grammar::GrammarConstraint> constraint =
+      constraint_of(o, tok ? &*tok : nullptr, backend->config(), thinking, engine.end_ids(), cache);
+  r.constraint = constraint;
   const Result res = engine.run(r, [&](Delta&& d) {
     if (tok) std::fputs(d.text.c_str(), stdout);
     for (const TokenLogprob& t : d.logprobs) std::printf("%d ", t.token);
@@ -76,6 +117,8 @@ int run_generation(const RunOptions& o) {
                static_cast<long long>(res.prompt_tokens), res.ttft_s,
                double(res.prompt_tokens) / std::max(res.ttft_s, 1e-9),
                static_cast<long long>(res.completion_tokens), res.decode_s, res.decode_tok_s());
+  if (constraint)
+    std::fprintf(stderr, "grammar: %s\n", constraint->completed() ? "complete" : "incomplete");
   return 0;
 }
 
@@ -95,6 +138,10 @@ Runner add_run(CLI::App& app) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
   add_sampling_options(cmd, o->sampling);
+  cmd->add_option("--json-schema", o->json_schema,
+                  "Constrain the completion to JSON valid for the schema in FILE (after the "
+                  "reasoning with --chat)");
+  cmd->add_option("--grammar", o->grammar, "Constrain the completion to the GBNF grammar in FILE");
   return [o] { return run_generation(*o); };
 }
 

@@ -19,6 +19,8 @@ class TokenConstraint {
   virtual void allowed(std::span<uint32_t> words) = 0;
   // The token chosen (one the last mask allowed).
   virtual void accept(int32_t token) = 0;
+  // Only an end token may follow: the completion is whole, generation stops.
+  virtual bool done() const { return false; }
 };
 
 // Words of a mask over `vocab` ids.

@@ -170,6 +170,10 @@ Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delt
       res.stop_sequence = out.stop_sequence();
       return false;
     }
+    if (r.constraint && r.constraint->done()) {  // the grammar's text is whole
+      res.finish = Finish::stop;
+      return false;
+    }
     if (cancelled(r)) {
       res.finish = Finish::cancelled;
       return false;

@@ -38,6 +38,8 @@ class Engine {
   const SessionCache& cache() const { return cache_; }
   int64_t ctx_size() const { return ctx_; }
   bool is_end_token(int32_t id) const;
+  // The tokens that end a completion (the model's eos, <|im_end|>, <|endoftext|>).
+  const std::vector<int32_t>& end_ids() const { return end_ids_; }
 
  private:
   Backend& be_;

@@ -105,6 +105,7 @@ struct Tokenizer::Impl {
   AddedMatcher norm_added;         // "normalized": true, matched after normalisation
   std::vector<std::string> bytes;  // per id: the bytes it decodes to
   std::vector<uint8_t> special;    // per id: 1 for special added tokens
+  std::vector<uint8_t> added_flag;  // per id: 1 for added tokens, special or not
   StringMap<int32_t> ids;          // token as written in tokenizer.json -> id
   std::string chat_template, eos;
 
@@ -112,6 +113,13 @@ struct Tokenizer::Impl {
   void load_pre_tokenizer(const json& p);
   void load_model(const json& m);
   void load_added(const json& added);
+  // Makes room in the per-id tables for id.
+  void grow(int32_t id) {
+    if (size_t(id) >= bytes.size()) {
+      const size_t n = size_t(id) + 1;
+      bytes.resize(n), special.resize(n), added_flag.resize(n);
+    }
+  }
   // Pre-tokenizes with splits[split...] and encodes each piece.
   void encode_plain(std::string_view text, std::vector<int32_t>& out, size_t split = 0) const;
 };
@@ -178,7 +186,7 @@ void Tokenizer::Impl::load_model(const json& m) {
       fail("tokenizer.json: vocab entry '{}' has no valid id", text);
     auto id = id_json.get<int32_t>();
     auto b = byte_level_decode(text);
-    if (size_t(id) >= bytes.size()) bytes.resize(size_t(id) + 1), special.resize(size_t(id) + 1);
+    grow(id);
     // As the ByteLevel decoder: text outside the byte alphabet stands for itself.
     bytes[size_t(id)] = b.value_or(text);
     ids[text] = id;
@@ -226,9 +234,10 @@ void Tokenizer::Impl::load_added(const json& added) {
     if (flag(t, "lstrip") || flag(t, "rstrip") || flag(t, "single_word"))
       fail("tokenizer.json: added token '{}': lstrip/rstrip/single_word are not supported", text);
     auto id = id_json.get<int32_t>();
-    if (size_t(id) >= bytes.size()) bytes.resize(size_t(id) + 1), special.resize(size_t(id) + 1);
+    grow(id);
     bytes[size_t(id)] = byte_level_decode(text).value_or(text);
     special[size_t(id)] = flag(t, "special");
+    added_flag[size_t(id)] = 1;
     ids[text] = id;
     // Hugging Face's default for "normalized" is !special.
     bool normalized =
@@ -346,6 +355,10 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
 
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && size_t(id) < impl_->special.size() && impl_->special[size_t(id)] != 0;
+}
+
+bool Tokenizer::is_added(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->added_flag.size() && impl_->added_flag[size_t(id)] != 0;
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {

@@ -41,6 +41,9 @@ class Tokenizer {
   // Id of a token given as written in tokenizer.json ("<|im_end|>", "Ġthe").
   std::optional<int32_t> token_id(std::string_view token) const;
   bool is_special(int32_t id) const;
+  // An added token (tokenizer.json's added_tokens, special or not: <tool_call>,
+  // <think>, <|im_end|>): encode() makes it from its text as one id.
+  bool is_added(int32_t id) const;
   // The bytes a token stands for; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
 

@@ -21,20 +21,6 @@ std::optional<ojson> parse_json(std::string_view text) {
   return v;
 }
 
-// The JSON types a schema allows: "type" (a name or a list) and anyOf/oneOf branches.
-void collect_types(const ojson& schema, std::set<std::string>& types) {
-  if (!schema.is_object()) return;
-  if (auto t = schema.find("type"); t != schema.end()) {
-    if (t->is_string()) types.insert(t->get<std::string>());
-    if (t->is_array())
-      for (const ojson& x : *t)
-        if (x.is_string()) types.insert(x.get<std::string>());
-  }
-  for (const char* key : {"anyOf", "oneOf"})
-    if (auto alt = schema.find(key); alt != schema.end() && alt->is_array())
-      for (const ojson& s : *alt) collect_types(s, types);
-}
-
 std::optional<ToolCall> parse_json_call(std::string_view block) {
   auto v = parse_json(block);
   if (!v || !v->is_object() || !(*v)["name"].is_string()) return std::nullopt;
@@ -74,7 +60,7 @@ const ojson* ToolSchemas::parameter(const std::string& function, const std::stri
 
 ojson typed_value(std::string_view text, const ojson* schema) {
   std::set<std::string> types;
-  if (schema != nullptr) collect_types(*schema, types);
+  if (schema != nullptr) parameter_types(*schema, types);
   std::string_view t = trim_ws(text);
   auto allows = [&](const char* type) { return types.count(type) != 0; };
   if (types.empty()) {  // no schema: structured JSON stays structured

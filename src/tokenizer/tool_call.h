@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -42,5 +43,21 @@ std::optional<ToolCall> parse_tool_call(std::string_view block, const ToolSchema
 // A parameter's text as a JSON value of the schema's type; text that does not
 // fit the schema stays a string.
 nlohmann::ordered_json typed_value(std::string_view text, const nlohmann::ordered_json* schema);
+
+// The JSON types typed_value reads a parameter as: the schema's "type" (a
+// name or a list) and those of its anyOf/oneOf branches. Inline: the tool-call
+// grammar (grammar/tool_grammar.cpp) writes exactly what this reads.
+inline void parameter_types(const nlohmann::ordered_json& schema, std::set<std::string>& types) {
+  if (!schema.is_object()) return;
+  if (auto t = schema.find("type"); t != schema.end()) {
+    if (t->is_string()) types.insert(t->get<std::string>());
+    if (t->is_array())
+      for (const nlohmann::ordered_json& x : *t)
+        if (x.is_string()) types.insert(x.get<std::string>());
+  }
+  for (const char* key : {"anyOf", "oneOf"})
+    if (auto alt = schema.find(key); alt != schema.end() && alt->is_array())
+      for (const nlohmann::ordered_json& s : *alt) parameter_types(s, types);
+}
 
 }  // namespace tern

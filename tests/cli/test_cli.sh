@@ -48,6 +48,24 @@ grep -q "prompt: 13 tokens" "$W/chat.err" && ok || bad "chat prompt length: $(ca
 expect_error "text without tokenizer" "has no tokenizer.json" "$TERN" run --model "$W/tiny" --prompt "Hello"
 expect_error "both prompts" "exactly one of" "$TERN" run --model "$W/tok" --prompt "Hello" --prompt-ids 1
 
+# Constrained completions (--json-schema, --grammar): the random weights choose, the grammar decides.
+echo '{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
+  "required": ["n"], "additionalProperties": false}' >"$W/schema.json"
+"$TERN" run --model "$W/tok" --prompt "Hi" --chat --no-thinking --json-schema "$W/schema.json" \
+  --temperature 1 --seed 2 --max-tokens 100 >"$W/js" 2>"$W/js.err" && ok || bad "run --json-schema"
+python3 -c "import json, sys; v = json.load(open(sys.argv[1])); assert list(v) == ['n'] and 1 <= v['n'] <= 9, v" \
+  "$W/js" && ok || bad "constrained answer: $(cat "$W/js")"
+grep -q "grammar: complete" "$W/js.err" && ok || bad "constrained answer not complete: $(cat "$W/js.err")"
+echo 'root ::= "yes" | "no"' >"$W/yn.gbnf"
+"$TERN" run --model "$W/tok" --prompt "Hi" --grammar "$W/yn.gbnf" --max-tokens 8 >"$W/yn" 2>/dev/null
+grep -qxE "yes|no" "$W/yn" && ok || bad "run --grammar printed $(cat "$W/yn")"
+echo '{"type": "string", "not": {"const": ""}}' >"$W/bad.json"
+expect_error "unsupported schema keyword" "unsupported keyword 'not' at #" "$TERN" run --model "$W/tok" --prompt "Hi" --json-schema "$W/bad.json"
+printf 'root ::= item+\nitem ::= ( "b"\n' >"$W/bad.gbnf"
+expect_error "bad GBNF" "GBNF line 3 column 1: expected ')' closing the '(' at line 2 column 10" "$TERN" run --model "$W/tok" --prompt "Hi" --grammar "$W/bad.gbnf"
+expect_error "two constraints" "at most one of --json-schema and --grammar" "$TERN" run --model "$W/tok" --prompt "Hi" --grammar "$W/yn.gbnf" --json-schema "$W/schema.json"
+expect_error "constraint without tokenizer" "--json-schema and --grammar need it" "$TERN" run --model "$W/tiny" --prompt-ids 1 --grammar "$W/yn.gbnf"
+
 # score against the transformers fixture prints the agreement line: the
 # reference at its bound, the fast default at the int8 one (tests/fast_bound.h).
 python3 -c "import json,sys; json.dump(json.load(open('$GOLDEN/tokens.json'))[1], open('$W/t.json','w'))"

@@ -1,0 +1,106 @@
+// JSON Schema documents read into Shapes: the constraints of one schema
+// position with $ref resolved and allOf merged (exactly: a property one side
+// does not list falls under that side's additionalProperties), anyOf/oneOf
+// kept as groups of branches. Every keyword is checked; an unsupported one
+// is an Error naming it and where it is. A small validator (check) decides
+// enum members and oneOf disjointness.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/char_fsa.h"
+#include "grammar/json_numbers.h"
+#include "grammar/json_strings.h"
+
+namespace tern::grammar {
+
+using ojson = nlohmann::ordered_json;
+
+// JSON types as bits; "number" is integer | fraction.
+enum : uint8_t {
+  kNull = 1,
+  kBoolean = 2,
+  kInteger = 4,
+  kFraction = 8,  // numbers that are not integers
+  kString = 16,
+  kArray = 32,
+  kObject = 64,
+  kAllTypes = 127,
+};
+
+// A conjunction of schemas of the document (no members: anything).
+struct Sub {
+  std::vector<const ojson*> all;
+  bool any() const { return all.empty(); }
+};
+Sub both(const Sub& a, const Sub& b);
+
+struct Group {
+  std::vector<const ojson*> branches;
+  bool one_of = false;
+  std::string path;
+};
+
+struct Shape {
+  uint8_t types = kAllTypes;
+  std::optional<std::vector<ojson>> values;  // enum / const
+  StringRules strings;
+  NumberBounds numbers;
+  std::vector<Sub> prefix;  // prefixItems
+  Sub items;                // the items after the prefix
+  uint64_t min_items = 0;
+  int64_t max_items = -1;
+  std::vector<std::pair<std::string, Sub>> properties;
+  std::vector<std::string> required;
+  Sub additional;
+  bool additional_given = false;  // some member says additionalProperties
+  std::vector<Group> groups;      // anyOf / oneOf, all to hold
+  std::string path;               // where it comes from, for messages
+
+  // Anything at all (no keyword constrains it).
+  bool unconstrained() const;
+  const Sub* property(const std::string& name) const;
+};
+
+class SchemaDocument {
+ public:
+  // `root` must outlive the document.
+  explicit SchemaDocument(const ojson& root);
+
+  const ojson& root() const { return root_; }
+  static const ojson* false_schema();
+  // Where a schema is (a JSON pointer such as #/properties/a).
+  std::string path(const ojson* s) const;
+
+  Shape shape(const Sub& s);
+  Shape shape(const ojson* s) { return shape(Sub{{s}}); }
+  // a and b both hold (the shape of their allOf).
+  Shape merge(const Shape& a, const Shape& b);
+  // The validator's verdict on a value (enum members, oneOf checks).
+  bool check(const Shape& s, const ojson& value, int depth = 0);
+  // The branches of a oneOf can never both match (else an Error).
+  void check_disjoint(const Group& g);
+
+ private:
+  void read(Shape& sh, const ojson* s, int depth);
+  void read_object(Shape& sh, const ojson& s);
+  void read_array(Shape& sh, const ojson& s);
+  const ojson* resolve(const std::string& ref, const ojson* from);
+  void name(const ojson* child, const ojson* parent, const std::string& step);
+  const CharFsa& language(const std::string& pattern, bool format);
+  static std::vector<ojson> merge_values(const std::vector<ojson>& a, const std::vector<ojson>& b);
+
+  const ojson& root_;
+  std::unordered_map<const ojson*, std::string> paths_;
+  std::vector<const ojson*> resolving_;  // $ref chain being followed
+  std::map<std::pair<std::string, bool>, CharFsa> languages_;
+};
+
+}  // namespace tern::grammar

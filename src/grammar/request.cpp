@@ -1,0 +1,191 @@
+#include "grammar/request.h"
+
+#include "core/error.h"
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+#include "grammar/tool_grammar.h"
+
+namespace tern::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const ojson* field(const ojson& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+void read_response_format(const ojson& body, ConstraintRequest& r) {
+  const ojson* rf = field(body, "response_format");
+  if (!rf) return;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    fail("response_format must be an object with a 'type'");
+  const std::string type = (*rf)["type"].get<std::string>();
+  if (type == "text") return;
+  if (type == "json_object") {
+    // llama.cpp's form {"type": "json_object", "schema": {...}} gives a schema.
+    if (const ojson* s = field(*rf, "schema")) {
+      r.answer = ConstraintRequest::Answer::json_schema;
+      r.schema = *s;
+    } else {
+      r.answer = ConstraintRequest::Answer::json_object;
+    }
+    return;
+  }
+  if (type != "json_schema")
+    fail("response_format type '{}' is not supported (text, json_object, json_schema)", type);
+  const ojson* js = field(*rf, "json_schema");
+  if (!js || !js->is_object()) fail("response_format.json_schema must be an object");
+  const ojson* schema = field(*js, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean()))
+    fail("response_format.json_schema.schema must be a JSON Schema (an object)");
+  r.answer = ConstraintRequest::Answer::json_schema;
+  r.schema = *schema;
+}
+
+}  // namespace
+
+std::string ConstraintRequest::key(bool thinking) const {
+  ojson k = {{"answer", int(answer)}, {"tools", int(tools)}, {"thinking", thinking}};
+  if (answer == Answer::json_schema) k["schema"] = schema;
+  if (answer == Answer::gbnf) k["gbnf"] = gbnf;
+  if (tools != Tools::none)
+    k["tool_list"] = tool_list, k["function"] = function, k["parallel"] = parallel;
+  return k.dump();
+}
+
+ConstraintRequest chat_constraints(const ojson& body) {
+  ConstraintRequest r;
+  read_response_format(body, r);
+  const ojson* tools = field(body, "tools");
+  if (tools && !tools->is_array()) fail("tools must be an array");
+  const bool have_tools = tools && !tools->empty();
+  if (const ojson* p = field(body, "parallel_tool_calls")) {
+    if (!p->is_boolean()) fail("parallel_tool_calls must be a boolean");
+    r.parallel = p->get<bool>();
+  }
+  const ojson* choice = field(body, "tool_choice");
+  ConstraintRequest::Tools mode =
+      have_tools ? ConstraintRequest::Tools::automatic : ConstraintRequest::Tools::none;
+  if (choice) {
+    if (choice->is_string() && *choice == "none") {
+      mode = ConstraintRequest::Tools::none;
+    } else if (choice->is_string() && *choice == "auto") {
+      mode = have_tools ? ConstraintRequest::Tools::automatic : ConstraintRequest::Tools::none;
+    } else if (choice->is_string() && *choice == "required") {
+      mode = ConstraintRequest::Tools::required;
+    } else if (choice->is_object() && choice->value("type", "") == "function" &&
+               choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") &&
+               (*choice)["function"]["name"].is_string()) {
+      mode = ConstraintRequest::Tools::named;
+      r.function = (*choice)["function"]["name"].get<std::string>();
+    } else {
+      fail(
+          "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
+          "\"function\": {{\"name\": ...}}}}");
+    }
+    if ((mode == ConstraintRequest::Tools::required || mode == ConstraintRequest::Tools::named) &&
+        !have_tools)
+      fail("tool_choice {} needs a non-empty tools list", choice->dump());
+  }
+  r.tools = mode;
+  if (mode != ConstraintRequest::Tools::none) r.tool_list = *tools;
+  return r;
+}
+
+ConstraintRequest completion_constraints(const ojson& body) {
+  ConstraintRequest r;
+  read_response_format(body, r);
+  const ojson* gbnf = field(body, "grammar");
+  const ojson* schema = field(body, "json_schema");
+  if (int(gbnf != nullptr) + int(schema != nullptr) +
+          int(r.answer != ConstraintRequest::Answer::free) >
+      1)
+    fail("give at most one of grammar, json_schema and response_format");
+  if (gbnf) {
+    if (!gbnf->is_string()) fail("grammar must be a string (GBNF)");
+    r.answer = ConstraintRequest::Answer::gbnf;
+    r.gbnf = gbnf->get<std::string>();
+  }
+  if (schema) {
+    if (!schema->is_object() && !schema->is_boolean())
+      fail("json_schema must be a JSON Schema (an object)");
+    r.answer = ConstraintRequest::Answer::json_schema;
+    r.schema = *schema;
+  }
+  return r;
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const Vocab> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(capacity) {}
+
+std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
+                                                         const std::function<Grammar()>& make) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  // Compiled outside the lock: other requests go on meanwhile.
+  auto compiled = std::make_shared<const CompiledGrammar>(make(), vocab_);
+  std::lock_guard lock(mutex_);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+  lru_.emplace_front(key, compiled);
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+std::unique_ptr<GrammarConstraint> make_constraint(const ConstraintRequest& r, GrammarCache& cache,
+                                                   bool thinking,
+                                                   std::vector<int32_t> stop_tokens) {
+  if (r.empty()) return nullptr;
+  const Vocab& vocab = *cache.vocab();
+  ConstraintConfig config;
+  config.stop_tokens = std::move(stop_tokens);
+  if (thinking) {
+    config.reasoning_end = vocab.added_token("</think>");
+    if (!config.reasoning_end) fail("thinking is on but the vocabulary has no </think> token");
+  }
+  using Tools = ConstraintRequest::Tools;
+  if (r.tools == Tools::automatic && r.answer == ConstraintRequest::Answer::free) {
+    config.trigger = vocab.added_token("<tool_call>");
+    if (!config.trigger) fail("tool calls need the added token <tool_call>");
+    config.max_triggers = r.parallel ? -1 : 1;
+  }
+  auto answer = [&] {
+    Grammar g;
+    switch (r.answer) {
+      case ConstraintRequest::Answer::json_schema:
+        g = json_schema_grammar(r.schema);
+        break;
+      case ConstraintRequest::Answer::json_object:
+        g = json_object_grammar();
+        break;
+      case ConstraintRequest::Answer::gbnf:
+        g = parse_gbnf(r.gbnf, &vocab);
+        break;
+      case ConstraintRequest::Answer::free:
+        break;
+    }
+    return thinking ? after_newlines(std::move(g), 2) : g;
+  };
+  auto make = [&]() -> Grammar {
+    ToolGrammarOptions o{r.tools == Tools::named ? r.function : "", r.parallel,
+                         bool(config.trigger)};
+    if (r.tools == Tools::none) return answer();
+    if (r.tools == Tools::automatic && r.answer != ConstraintRequest::Answer::free)
+      return either(answer(), tool_call_grammar(r.tool_list, o, vocab));
+    return tool_call_grammar(r.tool_list, o, vocab);
+  };
+  return std::make_unique<GrammarConstraint>(cache.get(r.key(thinking), make), std::move(config));
+}
+
+}  // namespace tern::grammar

@@ -1,0 +1,68 @@
+// What a request asks the grammar engine for, read from an OpenAI-style body
+// (response_format, tools, tool_choice, parallel_tool_calls; llama.cpp's
+// grammar and json_schema on completions), compiled grammars cached by
+// request, and the TokenConstraint of one generation. Malformed fields and
+// grammars are tern::Error naming the problem (the server's 400).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/compiled_grammar.h"
+#include "grammar/grammar_constraint.h"
+
+namespace tern::grammar {
+
+struct ConstraintRequest {
+  enum class Answer { free, json_schema, json_object, gbnf };
+  enum class Tools { none, automatic, required, named };
+  Answer answer = Answer::free;
+  nlohmann::ordered_json schema;  // Answer::json_schema
+  std::string gbnf;               // Answer::gbnf
+  Tools tools = Tools::none;      // none: no tools, or tool_choice "none"
+  nlohmann::ordered_json tool_list;
+  std::string function;  // Tools::named
+  bool parallel = true;  // parallel_tool_calls
+
+  bool empty() const { return answer == Answer::free && tools == Tools::none; }
+  // Names the compiled grammar (with thinking, answers may start after newlines).
+  std::string key(bool thinking) const;
+};
+
+// /v1/chat/completions: response_format, tools, tool_choice, parallel_tool_calls.
+ConstraintRequest chat_constraints(const nlohmann::ordered_json& body);
+// /v1/completions: grammar (GBNF text), json_schema (a schema), response_format.
+ConstraintRequest completion_constraints(const nlohmann::ordered_json& body);
+
+// Compiled grammars by key, least recently used dropped first. Thread-safe.
+class GrammarCache {
+ public:
+  explicit GrammarCache(std::shared_ptr<const Vocab> vocab, size_t capacity = 64);
+  std::shared_ptr<const CompiledGrammar> get(const std::string& key,
+                                             const std::function<Grammar()>& make);
+  const std::shared_ptr<const Vocab>& vocab() const { return vocab_; }
+
+ private:
+  using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
+  std::shared_ptr<const Vocab> vocab_;
+  size_t capacity_;
+  std::mutex mutex_;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+};
+
+// The constraint of one generation, or nullptr when the request asks for
+// none. `thinking`: the prompt opened <think>, so the constraint starts
+// after </think>. `stop_tokens`: what ends the generation (<|im_end|>, ...).
+std::unique_ptr<GrammarConstraint> make_constraint(const ConstraintRequest& request,
+                                                   GrammarCache& cache, bool thinking,
+                                                   std::vector<int32_t> stop_tokens);
+
+}  // namespace tern::grammar

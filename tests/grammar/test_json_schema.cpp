@@ -1,0 +1,220 @@
+// JSON Schema compilation: documents accepted and refused for each supported
+// keyword, the normal form (property order, bounded whitespace), and the
+// errors naming unsupported keywords and impossible schemas.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "grammar/json_schema.h"
+#include "grammar_test_util.h"
+
+namespace tern::test {
+namespace {
+
+using grammar::ojson;
+
+std::shared_ptr<const grammar::CompiledGrammar> compile_schema(const std::string& schema) {
+  static std::vector<std::unique_ptr<ojson>> keep;  // schemas outlive their grammars' compilers
+  keep.push_back(std::make_unique<ojson>(ojson::parse(schema)));
+  return std::make_shared<const grammar::CompiledGrammar>(
+      grammar::json_schema_grammar(*keep.back()), qwen3_vocab());
+}
+
+std::string error_of(const std::string& schema) {
+  return test::error_of([&] { compile_schema(schema); });
+}
+
+struct Case {
+  const char* schema;
+  std::vector<const char*> good, bad;
+};
+
+void check(const Case& c) {
+  auto g = compile_schema(c.schema);
+  for (const char* d : c.good) EXPECT_TRUE(matches(g, d)) << c.schema << " should accept " << d;
+  for (const char* d : c.bad) EXPECT_FALSE(matches(g, d)) << c.schema << " should refuse " << d;
+}
+
+TEST(JsonSchema, Types) {
+  check({R"({"type": "null"})", {"null"}, {"nul", "0", "\"null\""}});
+  check({R"({"type": "boolean"})", {"true", "false"}, {"True", "1"}});
+  check({R"({"type": "integer"})",
+         {"0", "-7", "-0", "12345678901234567890"},
+         {"01", "1.0", "1e3", "+1"}});
+  check(
+      {R"({"type": "number"})", {"0", "-0.5", "1e-7", "3.25E+10", "10"}, {".5", "1.", "01", "1e"}});
+  check({R"({"type": "string"})",
+         {R"("")", R"("a\"b\\c\/\n\u00e9")", "\"日本\""},
+         {"\"a", R"("\x")", "\"\x01\"", R"("\ud800")"}});
+  check({R"({"type": ["string", "null"]})", {"null", "\"x\""}, {"1"}});
+  check({R"({})", {"null", "[1, {\"a\": [true]}]", "\"s\"", "-1.5"}, {"[1,]", "{\"a\"}"}});
+  check({R"(true)", {"{}", "3"}, {"x"}});
+}
+
+TEST(JsonSchema, Objects) {
+  const char* person = R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+      "required": ["name"], "additionalProperties": false})";
+  check({person,
+         {R"({"name": "Al"})", R"({"name":"Al","age":3})", R"({ "name": "Al", "tags": [ "x" ] })",
+          "{\n  \"name\": \"Al\",\n  \"age\": 3\n}", R"({"name": "Al", "age": 3, "tags": []})"},
+         {R"({})", R"({"age": 3})", R"({"age": 3, "name": "Al"})", R"({"name": "Al", "x": 1})",
+          R"({"name": "Al",})", R"({"name": "Al", "name": "B"})", "{\n\n\"name\": \"Al\"}",
+          R"({"name" : "Al"})", R"({"name": "Al" , "age": 3})",
+          "{\"name\":                       \"Al\"}"}});
+  // Additional properties: names the schema lists are not additional.
+  check(
+      {R"({"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})",
+       {R"({"a": 1, "b": true})", R"({"b": false, "c": true})", "\"not an object\""},
+       {R"({"b": 1})", R"({"a": true})", R"({"b": true, "a": 1})", R"({"\u0061": true})"}});
+  check({R"({"type": "object", "required": ["x"]})",
+         {R"({"x": null})", R"({"x": 1, "y": 2})"},
+         {"{}"}});
+}
+
+TEST(JsonSchema, Arrays) {
+  check({R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})",
+         {"[1]", "[1, 2, 3]", "[ 1,2 ]", "[\n  1,\n  2\n]"},
+         {"[]", "[1, 2, 3, 4]", "[1,]", "[\"a\"]"}});
+  check(
+      {R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
+       {"[]", "[\"a\"]", "[\"a\", 1]"},
+       {"[1]", "[\"a\", 1, 2]"}});
+  check({R"({"type": "array", "prefixItems": [{"const": 1}], "minItems": 2})",
+         {"[1, 2]", "[1, \"x\", null]"},
+         {"[1]", "[2, 2]"}});
+}
+
+TEST(JsonSchema, Enums) {
+  check({R"({"enum": ["red", "green", 3, null, {"a": [1]}]})",
+         {"\"red\"", "3", "null", "{\"a\":[1]}"},
+         {"\"blue\"", "4", "{\"a\": [1]}"}});
+  check(
+      {R"({"type": "string", "enum": ["a", 1, "b"], "maxLength": 1})", {"\"a\"", "\"b\""}, {"1"}});
+  check({R"({"const": "x"})", {"\"x\""}, {"\"y\""}});
+}
+
+TEST(JsonSchema, Strings) {
+  check({R"({"type": "string", "minLength": 2, "maxLength": 3})",
+         {"\"ab\"", "\"abc\"", "\"é😀\"", R"("\n\t")", R"("\u0041b")"},
+         {"\"a\"", "\"abcd\"", "\"\""}});
+  check({R"({"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"})",
+         {"\"ab-12\"", "\"z-00\""},
+         {"\"ab-1\"", "\"Ab-12\"", "\"ab-123\"", "\"-12\""}});
+  check({R"({"type": "string", "pattern": "ab"})", {"\"ab\"", "\"xxabyy\""}, {"\"a\"", "\"ba\""}});
+  check(
+      {R"({"type": "string", "pattern": "^a\"b$"})", {R"("a\"b")", R"("a\u0022b")"}, {R"("ab")"}});
+  check(
+      {R"({"type": "string", "format": "date"})",
+       {"\"2024-02-29\"", "\"2023-12-31\"", "\"2000-02-29\""},
+       {"\"2023-02-29\"", "\"1900-02-29\"", "\"2023-13-01\"", "\"2023-04-31\"", "\"0000-01-01\""}});
+  check({R"({"type": "string", "format": "date-time"})",
+         {"\"2024-05-01T12:30:00Z\"", "\"2024-05-01T23:59:59.123+05:30\""},
+         {"\"2024-05-01 12:30:00Z\"", "\"2024-05-01T24:00:00Z\"", "\"2024-05-01T12:30:00\""}});
+  check({R"({"type": "string", "format": "time"})", {"\"08:00:00Z\""}, {"\"8:00:00Z\""}});
+  check({R"({"type": "string", "format": "uuid"})",
+         {"\"123e4567-e89b-12d3-a456-426614174000\""},
+         {"\"123e4567e89b12d3a456426614174000\""}});
+  check({R"({"type": "string", "format": "email"})",
+         {"\"a.b+c@ex-ample.co.uk\""},
+         {"\"a@b\"", "\"@b.c\"", "\"a b@c.d\""}});
+  check({R"({"type": "string", "format": "ipv4"})",
+         {"\"192.168.0.1\""},
+         {"\"256.1.1.1\"", "\"01.1.1.1\""}});
+}
+
+TEST(JsonSchema, Numbers) {
+  check({R"({"type": "integer", "minimum": -5, "maximum": 120})",
+         {"-5", "0", "7", "99", "120"},
+         {"-6", "121", "1000", "-10"}});
+  check({R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5})",
+         {"1", "10"},
+         {"0", "11", "-1"}});
+  check({R"({"type": "number", "minimum": 0.5, "maximum": 2})",
+         {"0.5", "0.75", "1", "2", "2.0", "1.999"},
+         {"0.49", "2.01", "-1", "0", "3", "1e0"}});
+  check({R"({"type": "number", "exclusiveMinimum": -1.25, "exclusiveMaximum": 0})",
+         {"-1.2", "-0.001", "-1.24999"},
+         {"-1.25", "0", "0.0", "-2", "1", "-0"}});
+  check({R"({"type": "number", "minimum": 100})", {"100", "100.5", "123456"}, {"99.9", "-100"}});
+}
+
+TEST(JsonSchema, Combinators) {
+  check({R"({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "minimum": 10}]})",
+         {"\"a\"", "10", "99"},
+         {"\"ab\"", "9"}});
+  check(
+      {R"({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+                      {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]})",
+       {R"({"kind": "a", "x": 1})", R"({"kind": "b", "y": "s"})"},
+       {R"({"kind": "c"})", R"({"kind": "a", "x": "s"})"}});
+  check(
+      {R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                      {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+       {R"({"a": 1, "b": "x"})"},
+       {R"({"a": 1})", R"({"b": "x", "a": 1})"}});
+  // allOf with additionalProperties false on one side: the other's property is not allowed.
+  check(
+      {R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false}, {"properties": {"b": {}}}]})",
+       {R"({"a": 1})", "{}"},
+       {R"({"a": 1, "b": 2})"}});
+}
+
+TEST(JsonSchema, References) {
+  const char* tree = R"({"$defs": {"node": {"type": "object", "properties": {
+      "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["value"], "additionalProperties": false}}, "$ref": "#/$defs/node"})";
+  check({tree,
+         {R"({"value": 1})",
+          R"({"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]})"},
+         {R"({"children": []})", R"({"value": 1, "children": [{}]})"}});
+  check(
+      {R"({"definitions": {"s": {"type": "string"}}, "type": "array", "items": {"$ref": "#/definitions/s"}})",
+       {"[\"a\"]"},
+       {"[1]"}});
+}
+
+TEST(JsonSchema, Errors) {
+  EXPECT_EQ(error_of(R"({"type": "string", "not": {"const": "a"}})"),
+            "JSON Schema: unsupported keyword 'not' at #");
+  EXPECT_EQ(error_of(R"({"properties": {"a": {"type": "integer", "multipleOf": 3}}})"),
+            "JSON Schema: unsupported keyword 'multipleOf' at #/properties/a");
+  EXPECT_EQ(error_of(R"({"type": "strin"})"),
+            "JSON Schema: 'type' at # must be a type name (null, boolean, integer, number, string, "
+            "array, object) or a list of them");
+  EXPECT_EQ(error_of(R"({"type": "array", "minItems": 1000000000})"),
+            "JSON Schema: 'minItems' 1000000000 at # is above tern's limit of 10000");
+  EXPECT_EQ(error_of(R"({"$ref": "#/$defs/missing"})"),
+            "JSON Schema: $ref '#/$defs/missing' at # does not resolve");
+  EXPECT_EQ(error_of(R"({"$ref": "https://example.com/s.json"})"),
+            "JSON Schema: $ref 'https://example.com/s.json' at #: only local references (#/...) "
+            "are supported");
+  EXPECT_EQ(
+      error_of(
+          R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"),
+      "JSON Schema: $ref '#/$defs/a' at #/$defs/b refers back to itself with nothing in between");
+  EXPECT_EQ(
+      error_of(R"({"type": "string", "format": "uri"})"),
+      "JSON Schema: format 'uri' at # is not supported (tern enforces date, time, date-time, uuid, "
+      "email, ipv4)");
+  EXPECT_EQ(error_of(R"({"type": "string", "pattern": "(?=a)b"})"),
+            "pattern '(?=a)b': lookaround assertions are not supported (at offset 2)");
+  EXPECT_EQ(error_of(R"({"type": "string", "pattern": "(a)\\1"})"),
+            "pattern '(a)\\1': backreferences are not supported (at offset 4)");
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
+            "JSON Schema: no value satisfies the schema at #");
+  EXPECT_NE(
+      error_of(R"({"type": "object", "properties": {"self": {"$ref": "#"}}, "required": ["self"]})")
+          .find("can never finish"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})")
+                .find("oneOf at #/oneOf"),
+            std::string::npos);
+  EXPECT_EQ(error_of(R"({"type": "array", "uniqueItems": true})"),
+            "JSON Schema: uniqueItems: true at # is not supported");
+  EXPECT_EQ(
+      error_of(R"({"minimum": true})"),
+      "JSON Schema: boolean 'minimum' at # (draft 4) is not supported; give the bound itself");
+}
+
+}  // namespace
+}  // namespace tern::test
