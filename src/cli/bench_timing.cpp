@@ -67,14 +67,16 @@ std::vector<double> time_prefill(Backend& b, int64_t n, int repeat, uint64_t see
 std::vector<double> time_cpu_decode(Backend& b, int64_t length, int gen, int repeat,
                                     uint64_t seed) {
   auto filled = b.new_sequence();
-  auto* cpu = dynamic_cast<CpuSequence*>(filled.get());
-  if (!cpu) fail("tern bench: decode timing over a prefilled context is for the CPU backends");
+  if (!dynamic_cast<CpuSequence*>(filled.get()))
+    fail("tern bench: decode timing over a prefilled context is for the CPU backends");
   std::vector<float> logits;
   b.forward(*filled, random_tokens(length, b.config().vocab, seed), Logits::last, logits);
   const int32_t first = argmax(logits);
+  const auto state = b.save(*filled);
   std::vector<double> secs;
   for (int r = 0; r < repeat; ++r) {
-    CpuSequence seq = *cpu;  // the context's state, fresh for every repeat
+    auto fresh = b.fork(*filled, *state);  // the context's state, fresh for every repeat
+    auto& seq = dynamic_cast<CpuSequence&>(*fresh);
     const ModelConfig& c = b.config();
     const size_t more = size_t(gen) * size_t(c.n_kv_heads) * size_t(c.head_dim);
     for (size_t i = 0; i < seq.kv.size(); ++i)  // room for the steps: no reallocation timed

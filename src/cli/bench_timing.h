@@ -21,7 +21,7 @@ std::vector<double> time_prefill(Backend& b, int64_t n, int repeat, uint64_t see
 
 // Seconds of `gen` greedy decode steps after `length` random context tokens,
 // per repeat. The context is prefilled once, untimed; every repeat starts from
-// a copy of that state (CpuSequence), so each times positions length + 1 ..
+// a fork of that state, so each times positions length + 1 ..
 // length + gen. CPU backends only.
 std::vector<double> time_cpu_decode(Backend& b, int64_t length, int gen, int repeat, uint64_t seed);
 

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "backends/cpu/fast/fast_backend.h"
+#include "backends/factory.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
 #include "backends/cuda/step_kernels.h"
 #include "cli/bench_prefill.h"

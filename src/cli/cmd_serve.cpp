@@ -14,8 +14,11 @@
 #include "core/error.h"
 #include "engine/scheduler.h"
 #include "engine/scripted_backend.h"
-#include "server/http_server.h"
+#include "grammar/json_schema.h"
+#include "grammar/request.h"
+#include "grammar/tokenizer_vocab.h"
 #include "server/anthropic_routes.h"
+#include "server/http_server.h"
 #include "server/openai_routes.h"
 #include "server/responses_routes.h"
 #include "tokenizer/chat_template.h"
@@ -100,7 +103,11 @@ int serve(const ServeCmd& o) {
   const std::string name = o.served_name.empty()
                                ? std::filesystem::path(o.model.model).filename().string()
                                : o.served_name;
-  http.ready(scheduler, {&tok, name, engine.ctx_size()});
+  // Structured outputs: the vocabulary's bytes once; grammars compiled per
+  // request (in the HTTP thread that parses it) and cached by schema.
+  grammar::GrammarCache grammars(grammar::vocab_of(tok, backend->config().vocab), 256);
+  grammar::warm_up(grammars.vocab());  // the JSON string and number positions' masks
+  http.ready(scheduler, {&tok, name, engine.ctx_size(), &grammars, engine.end_ids()});
   spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})", name, o.http.host,
                http.port(), backend->name(), engine.ctx_size(), o.cache_mem);
 

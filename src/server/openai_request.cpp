@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "core/error.h"
+
 #include "tokenizer/chat_template.h"
 #include "tokenizer/output_parser.h"
 
@@ -176,11 +178,47 @@ ojson parse_tools(const ojson& tools, const std::string& where) {
   return out;
 }
 
+namespace {
+
+// r.constraint for `want` (nothing when it asks for no constraint); grammar
+// errors (an unsupported schema keyword, a bad GBNF) are 400s naming `field`.
+void constrain(Request& r, const grammar::ConstraintRequest& want, const std::string& field,
+               const ApiContext& ctx) {
+  if (want.empty()) return;
+  if (!ctx.grammars) bad_request(field, "this server has no tokenizer for structured outputs");
+  try {
+    r.constraint = grammar::make_constraint(want, *ctx.grammars, r.in_reasoning, ctx.end_ids);
+  } catch (const Error& e) {
+    bad_request(field, "{}", e.what());
+  }
+}
+
+}  // namespace
+
+void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where) {
+  const Fields f(format, where);
+  const std::string type = f.string("type").value_or("text");
+  c.format_field = where;
+  if (type == "text") {
+    c.format.answer = grammar::ConstraintRequest::Answer::free;
+  } else if (type == "json_object") {
+    c.format.answer = grammar::ConstraintRequest::Answer::json_object;
+  } else if (type == "json_schema") {
+    // Chat completions nest {name, schema, strict} in json_schema; the
+    // Responses API puts them beside type.
+    const ojson* js = format.contains("json_schema") ? f.object("json_schema") : &format;
+    const std::string at = js == &format ? where : f.name("json_schema");
+    const ojson* schema = Fields(*js, at).get("schema");
+    if (!schema || !(schema->is_object() || schema->is_boolean()))
+      bad_request(at + ".schema", "'{}.schema' must be a JSON Schema (an object)", at);
+    c.format.answer = grammar::ConstraintRequest::Answer::json_schema;
+    c.format.schema = *schema;
+  } else {
+    bad_request(f.name("type"), "'{}' must be text, json_object or json_schema", f.name("type"));
+  }
+}
+
 void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
-  if (c.tool_choice == "required" || c.tool_choice == "function")
-    bad_request("tool_choice",
-                "tool_choice '{}' needs constrained decoding, which this server does not do yet",
-                c.tool_choice);
   ojson render = {{"messages", c.messages}, {"add_generation_prompt", true}};
   if (c.tool_choice != "none" && !c.tools.is_null()) render["tools"] = c.tools;
   if (c.thinking) render["enable_thinking"] = *c.thinking;
@@ -194,6 +232,23 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   r.in_reasoning = prompt_opens_reasoning(text);
   r.tools = c.tools;
   r.tool_calls = c.tool_choice != "none";
+  using Tools = grammar::ConstraintRequest::Tools;
+  grammar::ConstraintRequest want = c.format;
+  const bool have_tools = !c.tools.is_null() && !c.tools.empty();
+  if ((c.tool_choice == "required" || c.tool_choice == "function") && !have_tools)
+    bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list", c.tool_choice);
+  if (have_tools && c.tool_choice != "none") {
+    want.tools = c.tool_choice == "required"   ? Tools::required
+                 : c.tool_choice == "function" ? Tools::named
+                                               : Tools::automatic;
+    want.tool_list = c.tools;
+    want.function = c.tool_name;
+    want.parallel = c.parallel_tool_calls;
+  }
+  constrain(
+      r, want,
+      want.answer != grammar::ConstraintRequest::Answer::free ? c.format_field : "tool_choice",
+      ctx);
 }
 
 ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
@@ -221,11 +276,8 @@ ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
   if (const ojson* kw = f.object("chat_template_kwargs"))
     if (auto t = Fields(*kw, "chat_template_kwargs").boolean("enable_thinking")) c.thinking = t;
   if (auto effort = f.string("reasoning_effort"); effort && *effort == "none") c.thinking = false;
-  if (const ojson* rf = f.object("response_format")) {
-    const std::string type = Fields(*rf, "response_format").string("type").value_or("text");
-    if (type != "text")
-      bad_request("response_format", "response_format '{}' is not supported yet", type);
-  }
+  if (const ojson* rf = f.object("response_format"))
+    parse_response_format(c, *rf, "response_format");
   render_chat_into(a.req, c, ctx);
   a.req.stop = parse_stop(f, "stop");
   a.req.logprobs = chat_logprobs(f);
@@ -270,6 +322,17 @@ ApiRequest parse_completion_request(const ojson& body, const ApiContext& ctx) {
     a.req.logprobs = int(*n);
   }
   a.req.stop = parse_stop(f, "stop");
+  // llama.cpp's grammar (GBNF) and json_schema, or response_format.
+  const char* field = f.get("grammar")       ? "grammar"
+                      : f.get("json_schema") ? "json_schema"
+                                             : "response_format";
+  grammar::ConstraintRequest want;
+  try {
+    want = grammar::completion_constraints(body);
+  } catch (const Error& e) {
+    bad_request(field, "{}", e.what());
+  }
+  constrain(a.req, want, field, ctx);
   fit_context(a.req, f, {"max_tokens"}, ctx);
   if (!f.get("max_tokens")) a.req.max_tokens = std::min(a.req.max_tokens, 16);  // OpenAI's default
   return a;

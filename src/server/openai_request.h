@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/request.h"
+#include "grammar/request.h"
 #include "server/json_fields.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,6 +21,11 @@ struct ApiContext {
   const Tokenizer* tok = nullptr;
   std::string model;     // the served model name
   int64_t ctx_size = 0;  // prompt + completion tokens at most
+  // Structured outputs: compiled grammars over tok's vocabulary (nullptr:
+  // requests that need a constraint get a 400), and the tokens that end a
+  // completion (the constraint allows them where its grammar may end).
+  grammar::GrammarCache* grammars = nullptr;
+  std::vector<int32_t> end_ids;
 };
 
 struct ApiRequest {
@@ -56,9 +62,18 @@ struct ChatSpec {
   std::string tool_name;
   bool parallel_tool_calls = true;
   std::optional<bool> thinking;  // the template's enable_thinking (unset: its default)
+  // The answer's format (response_format, text.format): answer and schema
+  // of a ConstraintRequest (Answer::free: none); `format_field` names it in errors.
+  grammar::ConstraintRequest format;
+  std::string format_field = "response_format";
 };
-// Renders and tokenizes c into r: prompt, in_reasoning, tools, tool_calls.
+// Renders and tokenizes c into r: prompt, in_reasoning, tools, tool_calls,
+// and the constraint of its format and tool choice.
 void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx);
+// An OpenAI response format ({type: text | json_object | json_schema, ...}, as
+// chat completions' response_format or, flattened, the Responses API's
+// text.format) into c.format; errors name `where`.
+void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where);
 // tool_calls in a chat message, checked: arguments as an object (from a JSON string too).
 ojson tool_calls_of(const ojson& calls, const std::string& where);
 

@@ -121,10 +121,8 @@ ResponsesRequest parse(const ojson& body, const ApiContext& ctx, ResponseStore& 
     if (auto effort = Fields(*rs, "reasoning").string("effort"); effort && *effort == "none")
       c.thinking = false;
   if (const ojson* text = f.object("text"))
-    if (const ojson* fmt = Fields(*text, "text").object("format")) {
-      const std::string type = Fields(*fmt, "text.format").string("type").value_or("text");
-      if (type != "text") bad_request("text.format", "text.format '{}' is not supported yet", type);
-    }
+    if (const ojson* fmt = Fields(*text, "text").object("format"))
+      parse_response_format(c, *fmt, "text.format");
   render_chat_into(r.req, c, ctx);
   r.req.sampling = parse_sampling(f);
   fit_context(r.req, f, {"max_output_tokens"}, ctx);

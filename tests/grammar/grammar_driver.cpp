@@ -62,6 +62,8 @@ ojson generate(Model& m, const ojson& job) {
   m.backend->start_sampling(*seq, p, ids);
   std::vector<int32_t> out;
   bool stopped = false;
+  GenerateHooks hooks;
+  hooks.constraint = constraint.get();
   m.backend->generate(
       *seq, ids.back(), job.value("max_tokens", 256),
       [&](int32_t t) {
@@ -69,7 +71,7 @@ ojson generate(Model& m, const ojson& job) {
         out.push_back(t);
         return !(stopped = constraint && constraint->done());
       },
-      GenerateHooks{.constraint = constraint.get()});
+      hooks);
   const std::string text = m.tok->decode(out);
   ojson r = {{"text", text},
              {"tokens", out.size()},

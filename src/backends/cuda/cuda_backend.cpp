@@ -62,6 +62,8 @@ CudaBackend::~CudaBackend() {
   for (void* p : bufs_) cudaFree(p);
   cudaFreeHost(ids_out_);
   cudaFreeHost(logits_out_);
+  cudaFreeHost(mask_host_);
+  cudaFree(mask_dev_);
   for (cudaEvent_t e : id_ready_) cudaEventDestroy(e);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -163,7 +165,7 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   for (StepGraph& g : s.graphs) g.reset();
 }
 
-void CudaBackend::enqueue_step(CudaSequence& s, bool sampled) {
+void CudaBackend::enqueue_step(CudaSequence& s, StepChoice choice) {
   const ModelConfig& c = w_->cfg;
   const DeviceWeights& W = *w_;
   cudaStream_t st = stream_;
@@ -271,14 +273,20 @@ void CudaBackend::enqueue_step(CudaSequence& s, bool sampled) {
     return gemv({.W = W.lm_head, .x = h_, .norm = W.final_norm, .eps = c.rms_eps, .y = logits_},
                 st);
   });
+  if (choice != StepChoice::none) enqueue_choice(s, choice == StepChoice::sampler);
+}
+
+void CudaBackend::enqueue_choice(CudaSequence& s, bool sampled) {
+  const int V = w_->cfg.vocab;
+  int* pos = s.ints + kPos;
   if (sampled) {
-    SampleArgs sa{logits_,         c.vocab, s.rules,      s.counts,       sample_scratch_,
-                  s.ints + kToken, s.out,   kOutRing - 1, s.ints + kStep, pos};
-    check(sample_advance(sa, st), "sampler");
+    SampleArgs sa{logits_,         V,     s.rules,      s.counts,       sample_scratch_,
+                  s.ints + kToken, s.out, kOutRing - 1, s.ints + kStep, pos};
+    check(sample_advance(sa, stream_), "sampler");
   } else {
-    ArgmaxArgs am{logits_,      c.vocab,        amax_, counters_ + 1, s.ints + kToken, s.out,
-                  kOutRing - 1, s.ints + kStep, pos};
-    check(argmax_advance(am, st), "argmax");
+    ArgmaxArgs am{logits_,        V,  amax_, counters_ + 1, s.ints + kToken, s.out, kOutRing - 1,
+                  s.ints + kStep, pos};
+    check(argmax_advance(am, stream_), "argmax");
   }
 }
 
@@ -288,10 +296,10 @@ void CudaBackend::leave_out(const std::set<std::string>& names) {
 }
 
 // The step graph for the next position (re-captured when the split tier moves).
-StepGraph& CudaBackend::ensure_graph(CudaSequence& s, bool sampled) {
+StepGraph& CudaBackend::ensure_graph(CudaSequence& s, StepChoice choice) {
   reserve(s, s.length() + 1);
   const int splits = attn_splits(s.length() + 1, w_->cfg.n_kv_heads);
-  StepGraph& sg = s.graphs[sampled ? 1 : 0];
+  StepGraph& sg = s.graphs[int(choice)];
   if (sg.exec != nullptr && sg.splits == splits) return sg;
   sg.reset();
   sg.splits = splits;
@@ -299,7 +307,7 @@ StepGraph& CudaBackend::ensure_graph(CudaSequence& s, bool sampled) {
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
   try {
-    enqueue_step(s, sampled);
+    enqueue_step(s, choice);
   } catch (...) {  // end the capture, or the stream stays unusable
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g != nullptr) cudaGraphDestroy(g);
     throw;
@@ -315,8 +323,8 @@ StepGraph& CudaBackend::ensure_graph(CudaSequence& s, bool sampled) {
 }
 
 // One step through the captured graph.
-void CudaBackend::run_step(CudaSequence& s, bool sampled) {
-  check(cudaGraphLaunch(ensure_graph(s, sampled).exec, stream_), "graph launch");
+void CudaBackend::run_step(CudaSequence& s, StepChoice choice) {
+  check(cudaGraphLaunch(ensure_graph(s, choice).exec, stream_), "graph launch");
   s.length_ += 1;
 }
 
@@ -338,7 +346,7 @@ void CudaBackend::forward_steps(CudaSequence& s, std::span<const int32_t> tokens
     check(cudaMemcpyAsync(s.ints + kToken, &tokens[size_t(t)], sizeof(int), cudaMemcpyHostToDevice,
                           stream_),
           "token");
-    run_step(s, false);
+    run_step(s, StepChoice::argmax);
     if (which == Logits::all || (which == Logits::last && t == T - 1)) {
       float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
       check(cudaMemcpyAsync(dst, logits_, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
@@ -387,8 +395,6 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
                            const GenerateHooks& hooks) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const ModelConfig& c = w_->cfg;
-  if (hooks.constraint != nullptr)
-    fail("constrained decoding is not supported on the CUDA backend yet");
   const bool want_logits = bool(hooks.on_logits);
   if (want_logits && logits_out_ == nullptr)
     check(cudaMallocHost(&logits_out_, 2 * size_t(c.vocab) * sizeof(float)), "pinned logits");
@@ -397,11 +403,12 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   if (max_tokens <= 0) return;
   check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
         "token");
+  if (hooks.constraint != nullptr) return generate_constrained(s, max_tokens, on_token, hooks);
   // Step i feeds the token chosen by step i - 1 (already on the device) and
   // streams its own choice, ring slot draws (the completion's step count:
   // earlier calls continue there), into ids_out_[i % 2].
   auto enqueue = [&](int i) {
-    run_step(s, s.sampled);
+    run_step(s, s.choice());
     const int64_t slot = s.draws++ & (kOutRing - 1);
     check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
                           stream_),
@@ -422,6 +429,55 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   check(cudaStreamSynchronize(stream_), "generate");
 }
 
+void CudaBackend::generate_constrained(CudaSequence& s, int max_tokens,
+                                       const std::function<bool(int32_t)>& on_token,
+                                       const GenerateHooks& hooks) {
+  const int V = w_->cfg.vocab;
+  const size_t words = mask_words(V);
+  TokenConstraint& con = *hooks.constraint;
+  if (mask_host_ == nullptr) {
+    check(cudaMallocHost(&mask_host_, words * sizeof(uint32_t)), "pinned mask");
+    check(cudaMalloc(&mask_dev_, words * sizeof(uint32_t)), "mask");
+  }
+  // The choice of step i, after its forward: the raw logits out when wanted,
+  // the mask unless the constraint is free this step, then the choice. The
+  // host rewrites mask_host_ only after the previous choice's id arrived, so
+  // after its copy.
+  auto choose = [&](int i) {
+    if (hooks.on_logits)
+      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * V, logits_, size_t(V) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "logits");
+    if (!con.unconstrained()) {
+      con.allowed({mask_host_, words});
+      check(cudaMemcpyAsync(mask_dev_, mask_host_, words * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                            stream_),
+            "mask");
+      check(mask_logits(logits_, mask_dev_, V, stream_), "mask logits");
+    }
+    enqueue_choice(s, s.sampled);
+    const int64_t slot = s.draws++ & (kOutRing - 1);
+    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
+                          stream_),
+          "id");
+    check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
+  };
+  run_step(s, StepChoice::none);
+  choose(0);
+  for (int i = 0;; ++i) {
+    // Step i + 1's forward reads the id step i chose on the device: it runs
+    // while the host takes the id, the caller's callback and the next mask.
+    if (i + 1 < max_tokens) run_step(s, StepChoice::none);
+    check(cudaEventSynchronize(id_ready_[i % 2]), "id");
+    if (hooks.on_logits) hooks.on_logits({logits_out_ + size_t(i % 2) * V, size_t(V)});
+    const int32_t id = ids_out_[i % 2];
+    con.accept(id);
+    if (!on_token(id) || i + 1 == max_tokens) break;
+    choose(i + 1);
+  }
+  check(cudaStreamSynchronize(stream_), "generate");
+}
+
 std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
   std::vector<int32_t> ids;
   start_sampling(seq, SamplingParams{}, std::span(&first, 1));
@@ -434,7 +490,7 @@ std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, 
 
 int CudaBackend::step_kernels(Sequence& seq) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  return ensure_graph(s, s.sampled).kernels;
+  return ensure_graph(s, s.choice()).kernels;
 }
 
 void CudaBackend::set_position(CudaSequence& s, int64_t length) {
@@ -567,7 +623,7 @@ std::vector<TraceRecord> CudaBackend::trace_steps(Sequence& seq, int n) {
 #else
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, s.length() + n + 1);
-  run_step(s, s.sampled);  // capture and warm up untraced
+  run_step(s, s.choice());  // capture and warm up untraced
   s.length_ -= 1;
   set_length(s, s.length());
   constexpr unsigned kCapacity = 1u << 18;
@@ -578,7 +634,7 @@ std::vector<TraceRecord> CudaBackend::trace_steps(Sequence& seq, int n) {
   check(cudaMemsetAsync(count, 0, sizeof(unsigned), stream_), "trace buffer");
   check(cudaStreamSynchronize(stream_), "trace buffer");
   check(trace_bind({rec, count, kCapacity}), "trace bind");
-  for (int i = 0; i < n; ++i) run_step(s, s.sampled);
+  for (int i = 0; i < n; ++i) run_step(s, s.choice());
   check(cudaStreamSynchronize(stream_), "trace sync");
   check(trace_bind({}), "trace unbind");
   unsigned got = 0;
@@ -603,11 +659,11 @@ cudaError_t trace_bind(const TraceSink& s) {
 double CudaBackend::time_steps(Sequence& seq, int n) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   reserve(s, s.length() + n + 1);
-  run_step(s, s.sampled);  // capture outside the timed region
+  run_step(s, s.choice());  // capture outside the timed region
   s.length_ -= 1;
   set_length(s, s.length());
   return event_seconds(stream_, [&] {
-    for (int i = 0; i < n; ++i) run_step(s, s.sampled);
+    for (int i = 0; i < n; ++i) run_step(s, s.choice());
   });
 }
 

@@ -30,6 +30,10 @@ struct StepGraph {
   void reset();
 };
 
+// How a step graph ends: the arg-max, the sampler, or no choice (constrained
+// decoding masks the logits with the host's mask first, outside the graph).
+enum class StepChoice { argmax, sampler, none };
+
 class CudaSequence : public Sequence {
  public:
   ~CudaSequence() override;
@@ -42,9 +46,10 @@ class CudaSequence : public Sequence {
   SampleRules* rules = nullptr;  // sampler parameters
   bool sampled = false;          // the completion chooses with the sampler, not arg-max
   int64_t draws = 0;             // steps of the completion so far: its next id's ring slot
-  // The step ending in arg-max (prefill's forward and greedy completions) and
-  // the one ending in the sampler.
-  StepGraph graphs[2];
+  // The step by how it ends (StepChoice): in arg-max (prefill's forward and
+  // greedy completions), in the sampler, or before the choice.
+  StepGraph graphs[3];
+  StepChoice choice() const { return sampled ? StepChoice::sampler : StepChoice::argmax; }
   int splits = 0;  // the split tier of the step being captured
   friend class CudaBackend;
 };
@@ -150,9 +155,17 @@ class CudaBackend : public Backend {
   void copy_state(const std::vector<float*>& from_S, const std::vector<float*>& from_conv,
                   const std::vector<float*>& to_S, const std::vector<float*>& to_conv);
   void set_position(CudaSequence& s, int64_t length);
-  void enqueue_step(CudaSequence& s, bool sampled);
-  StepGraph& ensure_graph(CudaSequence& s, bool sampled);
-  void run_step(CudaSequence& s, bool sampled);
+  void enqueue_step(CudaSequence& s, StepChoice choice);
+  // The token choice at the end of a step: arg-max or the sampler, then the
+  // hand-off of the id (kernels.h).
+  void enqueue_choice(CudaSequence& s, bool sampled);
+  StepGraph& ensure_graph(CudaSequence& s, StepChoice choice);
+  void run_step(CudaSequence& s, StepChoice choice);
+  // generate() under hooks.constraint: each step's forward graph runs while
+  // the host computes the mask of its choice from the token before.
+  void generate_constrained(CudaSequence& s, int max_tokens,
+                            const std::function<bool(int32_t)>& on_token,
+                            const GenerateHooks& hooks);
   float* buf(size_t n);
 
   std::unique_ptr<DeviceWeights> w_;
@@ -167,6 +180,8 @@ class CudaBackend : public Backend {
   int* ids_out_ = nullptr;       // pinned [2]: streamed ids, alternating
   float* logits_out_ = nullptr;  // pinned [2][vocab] for GenerateHooks::on_logits (on first use)
   cudaEvent_t id_ready_[2] = {};
+  uint32_t* mask_host_ = nullptr;  // pinned [mask words]: the constraint's mask (on first use)
+  uint32_t* mask_dev_ = nullptr;   // its copy on the device
 };
 
 }  // namespace tern::cuda

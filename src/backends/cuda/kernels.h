@@ -248,6 +248,9 @@ struct ArgmaxArgs {
 };
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st);
 
+// logits[i] = -inf where bit i of words is clear (twin: tern::apply_mask).
+cudaError_t mask_logits(float* logits, const uint32_t* words, int n, cudaStream_t st);
+
 // The sampler's token choice (twin: sample_token in engine/sampler.h), a few
 // launches that replace argmax_advance in the captured step: penalties from
 // counts[] (the chosen token's count is incremented), temperature, top-k and

@@ -142,6 +142,11 @@ __global__ void to_tiles_kernel(DMat m, uint4* out, int pair, size_t pieces) {
   }
 }
 
+__global__ void mask_logits_kernel(float* logits, const uint32_t* words, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && !((words[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
+}
+
 }  // namespace
 
 cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st) {
@@ -159,6 +164,11 @@ cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
 cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaStream_t st) {
   if (T <= 0) return cudaSuccess;
   embed_rows_kernel<<<T, 256, 0, st>>>(E, tokens, h);
+  return cudaGetLastError();
+}
+
+cudaError_t mask_logits(float* logits, const uint32_t* words, int n, cudaStream_t st) {
+  mask_logits_kernel<<<(n + 255) / 256, 256, 0, st>>>(logits, words, n);
   return cudaGetLastError();
 }
 

@@ -180,7 +180,7 @@ void CudaBackend::prefill(Sequence& seq, std::span<const int32_t> tokens, Logits
     if (which == Logits::all) dst += size_t(done) * size_t(c.vocab);
     const bool last = done + T == n;
     run_chunk(s, b.tokens + done, int(T), which == Logits::all ? Logits::all : Logits::last,
-                  which == Logits::all || (last && which == Logits::last) ? dst : nullptr);
+              which == Logits::all || (last && which == Logits::last) ? dst : nullptr);
     done += T;
     if (next_cut < cuts.size() && start + done == cuts[next_cut]) {
       ++next_cut;
@@ -192,7 +192,7 @@ void CudaBackend::prefill(Sequence& seq, std::span<const int32_t> tokens, Logits
 }
 
 void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logits which,
-                                float* logits) {
+                            float* logits) {
   const ModelConfig& c = w_->cfg;
   const DeviceWeights& W = *w_;
   PrefillBuffers& b = *pf_;

@@ -13,12 +13,6 @@ namespace tern {
 
 namespace cpu::fast {
 
-namespace {
-
-constexpr int64_t kMaxChunk = 512;  // tokens of a prompt processed at once
-
-}  // namespace
-
 // The forward pass over one chunk of tokens, and every buffer it reuses.
 class Model {
  public:
@@ -108,9 +102,9 @@ void FastCpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens
     const int64_t n = std::min(cpu::fast::kMaxChunk, T - c0);
     // Every row's logits for Logits::all; the last row of the last chunk for
     // Logits::last; none for Logits::none.
-    const int64_t first = which == Logits::all                      ? 0
+    const int64_t first = which == Logits::all                   ? 0
                           : which == Logits::last && c0 + n == T ? n - 1
-                                                                   : n;
+                                                                 : n;
     model_->chunk(seq, tokens.subspan(size_t(c0), size_t(n)), first,
                   logits.data() + (which == Logits::all ? c0 * V : 0));
     advance(seq, n);

@@ -16,7 +16,8 @@ namespace tern {
 
 namespace cpu::fast {
 class Model;
-}
+constexpr int64_t kMaxChunk = 512;  // tokens of a prompt processed at once
+}  // namespace cpu::fast
 
 class FastCpuBackend : public CpuBackend {
  public:

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One GPU call for everything at once, when device time is short: the CUDA
+# tests (TERN_REQUIRE_GPU=1, summary as device_run.sh writes it), the prefill
+# sweep with the per-phase split, a decode check at 4K and 128K, and the
+# serving path (bench/serve_device.py: session reuse, the server's cost per
+# token, constrained decoding's cost). Binaries from bench/prepare_device.sh;
+# carry bench/prebuilt and bench/prebuilt/tokenizer (prepare_device.sh
+# TOKENIZER=1 copies the Qwen3 tokenizer there). Each step has a time limit;
+# logs and JSON under $OUT.
+set -uo pipefail
+source "$(dirname "$0")/prebuilt_env.sh"
+T=$BIN/tern
+B="$T bench --dummy 35b-a3b --backend cuda --rev $REV"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv,noheader | tee $OUT/gpu.txt
+(cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-200} $PWD/$BIN/test_cuda --gtest_brief=1 \
+  --gtest_output=json:$OUT/tests.json) >$OUT/tests.log 2>&1
+test_rc=$?
+python3 - "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt <<'PY'
+import json, sys
+path, rc, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    r = json.load(open(path))
+    tests = [t for s in r["testsuites"] for t in s["testsuite"]]
+    skipped = sum(t.get("result") == "SKIPPED" for t in tests)
+    failed = sum(bool(t.get("failures")) for t in tests)
+    ran = len(tests)
+except (OSError, ValueError, KeyError) as e:
+    ran = failed = skipped = -1
+    print(f"no test report ({e})")
+ok = rc == 0 and ran > 0 and failed == 0 and skipped == 0
+print(f"rev {rev}: test_cuda exit {rc}; {ran} tests, {ran - failed - skipped} passed, "
+      f"{failed} failed, {skipped} skipped (TERN_REQUIRE_GPU=1): {'PASS' if ok else 'FAIL'}")
+PY
+cat $OUT/summary.txt; grep -E '^\[  FAILED  \]' $OUT/tests.log | head -20
+timeout ${SWEEP_S:-130} $B --prefill ${PREFILL:-256,512,1024,2048,4096,8192,16384,32768,65536,131072} \
+  --repeat 3 --split --json $OUT/prefill.json --plot $OUT/prefill.svg >$OUT/prefill.log 2>&1
+echo "sweep exit $?"; grep -E '^ +[0-9]+ |bf16 matrix' $OUT/prefill.log
+timeout 45 $B --decode 4096,131072 --gen 64 --repeat 2 --json $OUT/decode.json >$OUT/decode.log 2>&1
+echo "decode exit $?"; grep -E '^ +[0-9]+ ' $OUT/decode.log
+timeout ${SERVE_S:-150} python3 bench/serve_device.py --tern $T --tokenizer $BIN/tokenizer \
+  --rev "$REV" --json $OUT/serve.json >$OUT/serve.log 2>&1
+echo "serve exit $?"; cat $OUT/serve.log | cut -c1-400
+grep -q ': PASS$' $OUT/summary.txt
