@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for everything at once, when device time is short: the CUDA
 # tests (TERN_REQUIRE_GPU=1, summary as device_run.sh writes it), the prefill
-# sweep with the per-phase split, a decode check at 4K and 128K, and the
+# sweep, the per-phase split at 2K and 32K, a decode check at 4K and 128K, and the
 # serving path (bench/serve_device.py: session reuse, the server's cost per
 # token, constrained decoding's cost). Binaries from bench/prepare_device.sh;
 # carry bench/prebuilt and bench/prebuilt/tokenizer (prepare_device.sh
@@ -12,7 +12,7 @@ source "$(dirname "$0")/prebuilt_env.sh"
 T=$BIN/tern
 B="$T bench --dummy 35b-a3b --backend cuda --rev $REV"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv,noheader | tee $OUT/gpu.txt
-(cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-200} $PWD/$BIN/test_cuda --gtest_brief=1 \
+(cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-280} $PWD/$BIN/test_cuda --gtest_brief=1 \
   --gtest_output=json:$OUT/tests.json) >$OUT/tests.log 2>&1
 test_rc=$?
 python3 - "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt <<'PY'
@@ -32,12 +32,16 @@ print(f"rev {rev}: test_cuda exit {rc}; {ran} tests, {ran - failed - skipped} pa
       f"{failed} failed, {skipped} skipped (TERN_REQUIRE_GPU=1): {'PASS' if ok else 'FAIL'}")
 PY
 cat $OUT/summary.txt; grep -E '^\[  FAILED  \]' $OUT/tests.log | head -20
-timeout ${SWEEP_S:-130} $B --prefill ${PREFILL:-256,512,1024,2048,4096,8192,16384,32768,65536,131072} \
-  --repeat 3 --split --json $OUT/prefill.json --plot $OUT/prefill.svg >$OUT/prefill.log 2>&1
+timeout ${SWEEP_S:-110} $B --prefill ${PREFILL:-256,512,1024,2048,4096,8192,16384,32768,65536,131072} \
+  --repeat 3 --json $OUT/prefill.json --plot $OUT/prefill.svg >$OUT/prefill.log 2>&1
 echo "sweep exit $?"; grep -E '^ +[0-9]+ |bf16 matrix' $OUT/prefill.log
+# The per-phase split where docs/kernels/cuda-prefill.md reports it.
+timeout 40 $B --prefill 2048,32768 --repeat 1 --split --json $OUT/prefill-split.json \
+  >$OUT/prefill-split.log 2>&1
+echo "split exit $?"; grep -E 'split at' $OUT/prefill-split.log | cut -c1-300
 timeout 45 $B --decode 4096,131072 --gen 64 --repeat 2 --json $OUT/decode.json >$OUT/decode.log 2>&1
 echo "decode exit $?"; grep -E '^ +[0-9]+ ' $OUT/decode.log
-timeout ${SERVE_S:-150} python3 bench/serve_device.py --tern $T --tokenizer $BIN/tokenizer \
+timeout ${SERVE_S:-120} python3 bench/serve_device.py --tern $T --tokenizer $BIN/tokenizer \
   --rev "$REV" --json $OUT/serve.json >$OUT/serve.log 2>&1
 echo "serve exit $?"; cat $OUT/serve.log | cut -c1-400
 grep -q ': PASS$' $OUT/summary.txt
