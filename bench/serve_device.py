@@ -14,6 +14,7 @@ cuda`, then through /v1/chat/completions, streamed, times
   python3 bench/serve_device.py --tern BIN --tokenizer DIR [--json OUT]
 """
 import argparse
+import random
 import json
 import re
 import subprocess
@@ -27,7 +28,9 @@ WORDS = ("river stone light paper garden window silver morning cloud engine mark
 
 
 def text_of(n_words, seed):
-    return " ".join(WORDS[(i * 7 + seed * 13 + i // 5) % len(WORDS)] for i in range(n_words))
+    """Words in an order of their own for each seed (distinct prompts miss the cache)."""
+    r = random.Random(seed)
+    return " ".join(r.choice(WORDS) for _ in range(n_words))
 
 
 class Server:

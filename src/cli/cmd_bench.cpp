@@ -119,16 +119,19 @@ size_t gdn_state_bytes(const ModelConfig& c) {
                                         2 * size_t(c.conv_kernel - 1) * c.conv_channels() * 4);
 }
 
+// `prefill_plotted`: --plot's prefill plot is drawn already (CUDA).
 void write_outputs(const BenchOptions& o, const nlohmann::json& j,
-                   const std::vector<PlotPoint>& points) {
+                   const std::vector<PlotPoint>& points, bool prefill_plotted = false) {
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     if (!f) fail("cannot write {}", o.json);
     f << j.dump(2) << "\n";
   }
   if (!o.plot.empty()) {
-    if (points.empty()) fail("tern bench: --plot draws decode speed: give --decode lengths");
-    write_decode_plot(o.plot, points);
+    if (!points.empty())
+      write_decode_plot(o.plot, points);
+    else if (!prefill_plotted)
+      fail("tern bench: --plot draws decode speed here: give --decode lengths");
   }
 }
 
@@ -309,7 +312,7 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
                       {"device_memory_used_bytes", mem},
                       {"decode", rows}};
   if (!prefill.is_null()) j.update(prefill);
-  write_outputs(o, j, points);
+  write_outputs(o, j, points, !l.prefill.empty());
   return 0;
 }
 #endif

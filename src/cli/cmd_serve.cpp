@@ -27,6 +27,9 @@ namespace tern::cli {
 
 namespace {
 
+// The tokenizer's cache of long message texts (their ids): ~200 conversations of 30K tokens.
+constexpr size_t kSegmentCacheBytes = size_t(64) << 20;
+
 struct ServeCmd {
   ModelOptions model;
   server::ServeOptions http;
@@ -74,7 +77,7 @@ int serve(const ServeCmd& o) {
   const std::string tok_dir = o.tokenizer.empty() ? o.model.model : o.tokenizer;
   if (!std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))
     fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
-  const Tokenizer tok = Tokenizer::load(tok_dir);
+  Tokenizer tok = Tokenizer::load(tok_dir);
   if (!is_qwen35_chat_template(tok.chat_template_source()))
     spdlog::warn("the checkpoint's chat template is not Qwen3.5's; tern renders Qwen3.5's");
   std::unique_ptr<Backend> backend;
@@ -103,6 +106,7 @@ int serve(const ServeCmd& o) {
   const std::string name = o.served_name.empty()
                                ? std::filesystem::path(o.model.model).filename().string()
                                : o.served_name;
+  tok.cache_segments(kSegmentCacheBytes);  // each turn re-sends the history's text
   // Structured outputs: the vocabulary's bytes once; grammars compiled per
   // request (in the HTTP thread that parses it) and cached by schema.
   grammar::GrammarCache grammars(grammar::vocab_of(tok, backend->config().vocab), 256);

@@ -11,6 +11,7 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/segment_cache.h"
 #include "tokenizer/utf8.h"
 
 namespace tern {
@@ -108,6 +109,7 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> added_flag;  // per id: 1 for added tokens, special or not
   StringMap<int32_t> ids;          // token as written in tokenizer.json -> id
   std::string chat_template, eos;
+  std::unique_ptr<SegmentCache> segments;  // cache_segments()
 
   void load_normalizer(const json& n);
   void load_pre_tokenizer(const json& p);
@@ -320,16 +322,32 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
   auto push = [&](int32_t id) { out.push_back(id); };
+  // A segment between added tokens encodes on its own (pure function of its text).
+  auto encode_segment = [&](std::string_view seg, std::vector<int32_t>& ids) {
+    if (!impl_->nfc) return impl_->encode_plain(seg, ids);
+    std::string normed = nfc(seg);
+    impl_->norm_added.split(
+        normed, [&](std::string_view s) { impl_->encode_plain(s, ids); },
+        [&](int32_t id) { ids.push_back(id); });
+  };
   impl_->raw_added.split(
       text,
       [&](std::string_view seg) {
-        if (!impl_->nfc) return impl_->encode_plain(seg, out);
-        std::string normed = nfc(seg);
-        impl_->norm_added.split(
-            normed, [&](std::string_view s) { impl_->encode_plain(s, out); }, push);
+        if (impl_->segments && seg.size() >= SegmentCache::kMinBytes)
+          impl_->segments->encode(seg, out, encode_segment);
+        else
+          encode_segment(seg, out);
       },
       push);
   return out;
+}
+
+void Tokenizer::cache_segments(size_t budget_bytes) {
+  impl_->segments = std::make_unique<SegmentCache>(budget_bytes);
+}
+
+size_t Tokenizer::segment_cache_bytes() const {
+  return impl_->segments ? impl_->segments->bytes() : 0;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

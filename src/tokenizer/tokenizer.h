@@ -31,6 +31,10 @@ class Tokenizer {
   // Ids of `text` (valid UTF-8, else Error). Added tokens written in the text,
   // special or not, become their ids; no BOS/EOS is added. Thread-safe.
   std::vector<int32_t> encode(std::string_view text) const;
+  // From now on, encode() keeps the ids of long segments (SegmentCache)
+  // within budget_bytes, for text that comes back (a conversation's history).
+  void cache_segments(size_t budget_bytes);
+  size_t segment_cache_bytes() const;  // 0 without a cache
 
   // Text of `ids`; invalid UTF-8 becomes U+FFFD and unknown ids are skipped,
   // as in Hugging Face's decode.

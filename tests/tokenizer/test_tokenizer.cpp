@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 #include <fstream>
 #include <sstream>
 
@@ -307,3 +308,34 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
 
 }  // namespace
 }  // namespace tern
+
+namespace tern::test {
+namespace {
+
+// The segment cache changes no id: random long texts (words, digits,
+// punctuation, non-ASCII, newlines) with added tokens between them, encoded
+// by a cached tokenizer twice (miss, then hit) and by the plain one; a small
+// budget keeps the cache within it.
+TEST(Tokenizer, SegmentCacheGivesTheSameIds) {
+  Tokenizer cached = Tokenizer::load(TERN_QWEN3_TOKENIZER);
+  const size_t budget = 64 << 10;
+  cached.cache_segments(budget);
+  const char* words[] = {"the ", "river", " 1234", ", ", "ünïcödé ", "\n\n", "  x", "日本語",
+                         "don't", "🙂"};
+  const char* added[] = {"<|im_start|>", "<|im_end|>\n", "<think>"};
+  std::mt19937 g(17);
+  for (int doc = 0; doc < 40; ++doc) {
+    std::string text;
+    const int n = 50 + int(g() % 2000);
+    for (int i = 0; i < n; ++i)
+      text += g() % 100 == 0 ? added[g() % std::size(added)] : words[g() % std::size(words)];
+    const std::vector<int32_t> want = qwen3().encode(text);
+    EXPECT_EQ(cached.encode(text), want) << "first, document " << doc;
+    EXPECT_EQ(cached.encode(text), want) << "again, document " << doc;
+    EXPECT_LE(cached.segment_cache_bytes(), budget);
+  }
+  EXPECT_GT(cached.segment_cache_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace tern::test
