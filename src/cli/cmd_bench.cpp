@@ -21,9 +21,9 @@
 #include <sstream>
 
 #include "backends/cpu/fast/fast_backend.h"
-#include "backends/factory.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
 #include "backends/cuda/step_kernels.h"
+#include "backends/factory.h"
 #include "cli/bench_prefill.h"
 #include "cli/bench_timing.h"
 #include "cli/commands.h"

@@ -38,7 +38,7 @@ class SegmentCache {
   };
   size_t budget_, bytes_ = 0;
   mutable std::mutex mutex_;
-  std::list<Entry> lru_;  // most recent first
+  std::list<Entry> lru_;                                                    // most recent first
   std::unordered_map<std::string_view, std::list<Entry>::iterator> index_;  // keys: lru_'s text
 };
 

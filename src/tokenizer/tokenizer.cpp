@@ -102,12 +102,12 @@ struct Tokenizer::Impl {
   bool nfc = false;
   std::vector<SplitRegex> splits;
   std::unique_ptr<Bpe> bpe;
-  AddedMatcher raw_added;          // matched on the text as given
-  AddedMatcher norm_added;         // "normalized": true, matched after normalisation
-  std::vector<std::string> bytes;  // per id: the bytes it decodes to
-  std::vector<uint8_t> special;    // per id: 1 for special added tokens
+  AddedMatcher raw_added;           // matched on the text as given
+  AddedMatcher norm_added;          // "normalized": true, matched after normalisation
+  std::vector<std::string> bytes;   // per id: the bytes it decodes to
+  std::vector<uint8_t> special;     // per id: 1 for special added tokens
   std::vector<uint8_t> added_flag;  // per id: 1 for added tokens, special or not
-  StringMap<int32_t> ids;          // token as written in tokenizer.json -> id
+  StringMap<int32_t> ids;           // token as written in tokenizer.json -> id
   std::string chat_template, eos;
   std::unique_ptr<SegmentCache> segments;  // cache_segments()
 

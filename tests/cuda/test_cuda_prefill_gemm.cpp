@@ -144,6 +144,39 @@ struct GemmCase {
 
 class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
+// The router GEMM (8-bit weights, fp32) against a host sum in the kernel's
+// own order (each logit one fmaf chain over k, the weights dequantised as
+// s * q + b): equal bits, for the 16-token tiles (up to 1024 tokens) and the
+// 64-token ones, at chunk edges and a single token.
+TEST(PrefillRouter, MatchesTheSequentialSum) {
+  TERN_REQUIRE_GPU();
+  std::mt19937 g(23);
+  const int rows = 257, K = 2048;
+  TestMat W(rows, K, 8, g, 0.05f);
+  for (int T : {1, 15, 16, 17, 300, 1025}) {
+    const auto x = randn(size_t(T) * K, g);
+    auto dx = to_dev(x);
+    auto dl = to_dev(std::vector<float>(size_t(T) * rows, 0.0f));
+    ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, dl.get(), nullptr), cudaSuccess);
+    const auto got = to_host(dl.get(), size_t(T) * rows);
+    const size_t words = K / 4, groups = K / 64;
+    int mismatches = 0;
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) {
+          const uint32_t w = W.qb.packed[size_t(r) * words + k / 4];
+          const float sc = bf16_to_f32(W.qb.scales[size_t(r) * groups + k / 64]);
+          const float bi = bf16_to_f32(W.qb.biases[size_t(r) * groups + k / 64]);
+          const float q = sc * float((w >> (8 * (k % 4))) & 0xFFu) + bi;
+          acc = std::fma(x[size_t(t) * K + k], q, acc);
+        }
+        mismatches += got[size_t(t) * rows + r] != acc;
+      }
+    EXPECT_EQ(mismatches, 0) << T << " tokens";
+  }
+}
+
 TEST_P(PrefillGemm, MatchesCpuMatmul) {
   TERN_REQUIRE_GPU();
   const GemmCase p = GetParam();

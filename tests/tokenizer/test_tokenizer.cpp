@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <random>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "core/error.h"
@@ -164,7 +164,8 @@ TEST(Tokenizer, LongPiecesRoundTrip) {
 
 TEST(Tokenizer, ChatTemplateAndEosFromConfig) {
   EXPECT_EQ(qwen3().eos_token(), "<|im_end|>");
-  EXPECT_EQ(qwen3().chat_template_source(), test::read_file(test::data("chat-template/qwen3.jinja")));
+  EXPECT_EQ(qwen3().chat_template_source(),
+            test::read_file(test::data("chat-template/qwen3.jinja")));
 }
 
 TEST(OnigToPcre2, WhitespaceFollowsOniguruma) {
@@ -320,8 +321,8 @@ TEST(Tokenizer, SegmentCacheGivesTheSameIds) {
   Tokenizer cached = Tokenizer::load(TERN_QWEN3_TOKENIZER);
   const size_t budget = 64 << 10;
   cached.cache_segments(budget);
-  const char* words[] = {"the ", "river", " 1234", ", ", "ünïcödé ", "\n\n", "  x", "日本語",
-                         "don't", "🙂"};
+  const char* words[] = {"the ", "river", " 1234",  ", ",    "ünïcödé ",
+                         "\n\n", "  x",   "日本語", "don't", "🙂"};
   const char* added[] = {"<|im_start|>", "<|im_end|>\n", "<think>"};
   std::mt19937 g(17);
   for (int doc = 0; doc < 40; ++doc) {

@@ -17,26 +17,30 @@ namespace tern::cuda {
 
 namespace {
 
-// Router GEMM: 64 tokens by 64 router rows a block, K in steps of one group;
-// thread (tx, ty) sums rows 4 tx.. by tokens 4 ty.., both operands stored
-// k-major so each k is two 16-byte loads for 16 FMAs.
-constexpr int kRT = 64, kRK = 64, kRThreads = 256, kRPad = kRT + 4;
+// Router GEMM: kTok tokens (64, or 16 for short chunks, whose few 64-token
+// blocks left most SMs idle: 187 us a layer at 256 tokens) by 64 router rows
+// a block, K in steps of one group; thread (tx, ty) sums rows 4 tx.. by
+// tokens kTok / 16 ty.., both operands stored k-major. Every logit is one
+// thread's fmaf chain over k in order, whatever the tile.
+constexpr int kRK = 64, kRRows = 64, kRThreads = 256, kRPad = kRRows + 4;
 
+template <int kTok>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
-  __shared__ __align__(16) float xs[kRK][kRPad], ws[kRK][kRPad];
+  constexpr int kTokPer = kTok / 16;  // tokens a thread
+  __shared__ __align__(16) float xs[kRK][kTok + 4], ws[kRK][kRPad];
   const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
-  const int r0 = int(blockIdx.x) * kRT, t0 = int(blockIdx.y) * kRT, K = W.cols;
+  const int r0 = int(blockIdx.x) * kRRows, t0 = int(blockIdx.y) * kTok, K = W.cols;
   const int wpr = K / 4, gpr = K / kGroup;
-  float acc[4][4] = {};  // [token][row]
+  float acc[kTokPer][4] = {};  // [token][row]
   for (int k0 = 0; k0 < K; k0 += kRK) {
     __syncthreads();
-    for (int i = tid; i < kRT * kRK; i += kRThreads) {
+    for (int i = tid; i < kTok * kRK; i += kRThreads) {
       const int row = i / kRK, k = i % kRK, t = t0 + row;
       xs[k][row] = t < T ? a32[size_t(t) * K + k0 + k] : 0.0f;
     }
     // Weights: a word (4 codes) a thread, dequantised as the CPU does.
-    for (int i = tid; i < kRT * kRK / 4; i += kRThreads) {
+    for (int i = tid; i < kRRows * kRK / 4; i += kRThreads) {
       const int row = i / (kRK / 4), wq = i % (kRK / 4), R = r0 + row;
       float q[4] = {};
       if (R < W.rows) {
@@ -53,20 +57,27 @@ __global__ void __launch_bounds__(kRThreads)
     __syncthreads();
 #pragma unroll 8
     for (int k = 0; k < kRK; ++k) {
-      const float4 xv = *reinterpret_cast<const float4*>(&xs[k][4 * ty]);
-      const float4 wv = *reinterpret_cast<const float4*>(&ws[k][4 * tx]);
-      const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
+      float xa[kTokPer];
+      if constexpr (kTokPer == 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(&xs[k][4 * ty]);
+        xa[0] = xv.x, xa[1] = xv.y, xa[2] = xv.z, xa[3] = xv.w;
+      } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < kTokPer; ++j) xa[j] = xs[k][kTokPer * ty + j];
+      }
+      const float4 wv = *reinterpret_cast<const float4*>(&ws[k][4 * tx]);
+      const float wa[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+      for (int j = 0; j < kTokPer; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(xa[j], wa[i], acc[j][i]);
     }
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < kTokPer; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int t = t0 + 4 * ty + j, R = r0 + 4 * tx + i;
+      const int t = t0 + kTokPer * ty + j, R = r0 + 4 * tx + i;
       if (t < T && R < W.rows) logits[size_t(t) * W.rows + R] = acc[j][i];
     }
 }
@@ -165,8 +176,13 @@ __global__ void combine_kernel(const float* y, const int* token_slot, int T, int
 cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st) {
   if (W.bits != 8 || W.w == nullptr || W.cols % kRK != 0) return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
-  router_kernel<<<dim3((W.rows + kRT - 1) / kRT, (T + kRT - 1) / kRT), kRThreads, 0, st>>>(
-      W, a32, T, logits);
+  const unsigned row_blocks = unsigned((W.rows + kRRows - 1) / kRRows);
+  if (T <= 1024)
+    router_kernel<16>
+        <<<dim3(row_blocks, unsigned((T + 15) / 16)), kRThreads, 0, st>>>(W, a32, T, logits);
+  else
+    router_kernel<64>
+        <<<dim3(row_blocks, unsigned((T + 63) / 64)), kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 
