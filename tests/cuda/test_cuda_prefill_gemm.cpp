@@ -146,7 +146,7 @@ class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
 // The router GEMM (8-bit weights, fp32) against a host sum in the kernel's
 // own order (each logit one fmaf chain over k, the weights dequantised as
-// s * q + b): equal bits, for the 16-token tiles (up to 1024 tokens) and the
+// s * q + b): equal bits, for the 16-token tiles (up to 512 tokens) and the
 // 64-token ones, at chunk edges and a single token.
 TEST(PrefillRouter, MatchesTheSequentialSum) {
   TERN_REQUIRE_GPU();

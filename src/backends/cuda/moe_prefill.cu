@@ -17,7 +17,7 @@ namespace tern::cuda {
 
 namespace {
 
-// Router GEMM: kTok tokens (64, or 16 for short chunks, whose few 64-token
+// Router GEMM: kTok tokens (64, or 16 for chunks up to 512, whose few 64-token
 // blocks left most SMs idle: 187 us a layer at 256 tokens) by 64 router rows
 // a block, K in steps of one group; thread (tx, ty) sums rows 4 tx.. by
 // tokens kTok / 16 ty.., both operands stored k-major. Every logit is one
@@ -177,7 +177,7 @@ cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits,
   if (W.bits != 8 || W.w == nullptr || W.cols % kRK != 0) return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
   const unsigned row_blocks = unsigned((W.rows + kRRows - 1) / kRRows);
-  if (T <= 1024)
+  if (T <= 512)  // measured: faster at 256 and 512, slower at 1024 (bench/results 1896ee9)
     router_kernel<16>
         <<<dim3(row_blocks, unsigned((T + 15) / 16)), kRThreads, 0, st>>>(W, a32, T, logits);
   else
