@@ -18,22 +18,7 @@ if has tests; then
 (cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-280} $PWD/$BIN/test_cuda --gtest_brief=1 \
   --gtest_output=json:$OUT/tests.json) >$OUT/tests.log 2>&1
 test_rc=$?
-python3 - "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt <<'PY'
-import json, sys
-path, rc, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-try:
-    r = json.load(open(path))
-    tests = [t for s in r["testsuites"] for t in s["testsuite"]]
-    skipped = sum(t.get("result") == "SKIPPED" for t in tests)
-    failed = sum(bool(t.get("failures")) for t in tests)
-    ran = len(tests)
-except (OSError, ValueError, KeyError) as e:
-    ran = failed = skipped = -1
-    print(f"no test report ({e})")
-ok = rc == 0 and ran > 0 and failed == 0 and skipped == 0
-print(f"rev {rev}: test_cuda exit {rc}; {ran} tests, {ran - failed - skipped} passed, "
-      f"{failed} failed, {skipped} skipped (TERN_REQUIRE_GPU=1): {'PASS' if ok else 'FAIL'}")
-PY
+python3 bench/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
 cat $OUT/summary.txt; grep -E '^\[  FAILED  \]' $OUT/tests.log | head -20
 fi
 if has sweep; then

@@ -15,22 +15,7 @@ export TERN_REQUIRE_GPU=1
 (cd "$SRC" && $PWD/$BIN/test_cuda --gtest_brief=1 --gtest_filter="${FILTER:-*}" \
   --gtest_output=json:$OUT/tests.json) 2>&1 | tee $OUT/tests.log | tail -60
 test_rc=${PIPESTATUS[0]}
-python3 - "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt <<'PY'
-import json, sys
-path, rc, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-try:
-    r = json.load(open(path))
-    tests = [t for s in r["testsuites"] for t in s["testsuite"]]
-    skipped = sum(t.get("result") == "SKIPPED" for t in tests)
-    failed = sum(bool(t.get("failures")) for t in tests)
-    ran = len(tests)
-except (OSError, ValueError, KeyError) as e:
-    ran = failed = skipped = -1
-    print(f"no test report ({e})")
-ok = rc == 0 and ran > 0 and failed == 0 and skipped == 0
-print(f"rev {rev}: test_cuda exit {rc}; {ran} tests, {ran - failed - skipped} passed, "
-      f"{failed} failed, {skipped} skipped (TERN_REQUIRE_GPU=1): {'PASS' if ok else 'FAIL'}")
-PY
+python3 bench/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
 if [ "${BENCH:-1}" = 1 ]; then
   $BIN/tern bench --dummy 35b-a3b --backend cuda \
     --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backends/cpu/fast/fast_backend.h"
+#include "backends/factory.h"
 #include "engine/sampler.h"
 #include "engine/score.h"
 #include "fast_bound.h"

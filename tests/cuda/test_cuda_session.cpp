@@ -24,6 +24,32 @@ namespace {
 static_assert(!std::is_copy_constructible_v<cuda::CudaSequence>);
 static_assert(!std::is_copy_assignable_v<cuda::CudaSequence>);
 
+// A completion of 32 tokens after an 8-token prefill, generated in calls of
+// 5, 11 and 16 tokens (each continuing the last), optionally constrained.
+std::vector<int32_t> split_generation(Backend& be, const SamplingParams& p,
+                                      TokenConstraint* constraint = nullptr) {
+  auto s = be.new_sequence();
+  const auto prompt = ids_from(9, 21, be.config().vocab);
+  std::vector<float> logits;
+  be.forward(*s, std::span(prompt).first(8), Logits::last, logits);
+  be.start_sampling(*s, p, prompt);
+  GenerateHooks hooks;
+  hooks.constraint = constraint;
+  std::vector<int32_t> ids;
+  int32_t next = prompt.back();
+  for (int n : {5, 11, 16}) {
+    be.generate(
+        *s, next, n,
+        [&](int32_t t) {
+          ids.push_back(t);
+          return true;
+        },
+        hooks);
+    next = ids.back();
+  }
+  return ids;
+}
+
 TEST(CudaSession, SaveRestoreForkGiveTheUninterruptedLogits) {
   TERN_REQUIRE_GPU();
   cuda::CudaBackend be(tiny_dummy_weights());
@@ -42,26 +68,9 @@ TEST(CudaSession, SplitGenerationEqualsTheCpu) {
   auto w = tiny_dummy_weights();
   CpuBackend cpu(w);
   cuda::CudaBackend gpu(w);
-  for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)}) {
-    auto run = [&](Backend& be) {
-      auto s = be.new_sequence();
-      const auto prompt = ids_from(9, 21, be.config().vocab);
-      std::vector<float> logits;
-      be.forward(*s, std::span(prompt).first(8), Logits::last, logits);
-      be.start_sampling(*s, p, prompt);
-      std::vector<int32_t> ids;
-      int32_t next = prompt.back();
-      for (int n : {5, 11, 16}) {
-        be.generate(*s, next, n, [&](int32_t t) {
-          ids.push_back(t);
-          return true;
-        });
-        next = ids.back();
-      }
-      return ids;
-    };
-    EXPECT_EQ(run(gpu), run(cpu)) << (p.greedy() ? "greedy" : "sampled");
-  }
+  for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)})
+    EXPECT_EQ(split_generation(gpu, p), split_generation(cpu, p))
+        << (p.greedy() ? "greedy" : "sampled");
 }
 
 // A constraint that needs no grammar: every third step free, else a subset
@@ -100,30 +109,9 @@ TEST(CudaSession, ConstrainedGenerationEqualsTheCpu) {
   CpuBackend cpu(w);
   cuda::CudaBackend gpu(w);
   for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)}) {
-    auto run = [&](Backend& be) {
-      auto s = be.new_sequence();
-      const auto prompt = ids_from(9, 21, be.config().vocab);
-      std::vector<float> logits;
-      be.forward(*s, std::span(prompt).first(8), Logits::last, logits);
-      be.start_sampling(*s, p, prompt);
-      HashConstraint con(be.config().vocab);
-      GenerateHooks hooks;
-      hooks.constraint = &con;
-      std::vector<int32_t> ids;
-      int32_t next = prompt.back();
-      for (int n : {5, 11, 16}) {
-        be.generate(
-            *s, next, n,
-            [&](int32_t t) {
-              ids.push_back(t);
-              return true;
-            },
-            hooks);
-        next = ids.back();
-      }
-      return ids;
-    };
-    EXPECT_EQ(run(gpu), run(cpu)) << (p.greedy() ? "greedy" : "sampled");
+    HashConstraint on_gpu(gpu.config().vocab), on_cpu(cpu.config().vocab);
+    EXPECT_EQ(split_generation(gpu, p, &on_gpu), split_generation(cpu, p, &on_cpu))
+        << (p.greedy() ? "greedy" : "sampled");
   }
 }
 

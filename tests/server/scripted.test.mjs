@@ -76,17 +76,17 @@ test("a tool call inside <think> is still a call; a mention of the tag is not", 
   assert.equal(c.choices[0].message.tool_calls.length, 1);
   assert.equal(c.choices[0].message.reasoning_content, "Let me call it.");
   assert.equal(c.choices[0].finish_reason, "tool_calls");
-  const p = await client.chat.completions.create({ messages: user("mention the tag"), tools, enable_thinking: false });
+  // Without tools: with them, tool_choice "auto" makes <tool_call> start a
+  // call the grammar completes (tests/server/structured.test.mjs).
+  const p = await client.chat.completions.create({ messages: user("mention the tag"), enable_thinking: false });
   assert.equal(p.choices[0].message.tool_calls, undefined);
   assert.equal(p.choices[0].message.content, "Tools are called with a <tool_call> tag.");
 });
 
-test("tool_choice none keeps calls as text; required is refused for now", async () => {
+test("tool_choice none keeps calls as text", async () => {
   const c = await client.chat.completions.create({ messages: user("weather in Oslo?"), tools, tool_choice: "none", enable_thinking: false });
   assert.equal(c.choices[0].message.tool_calls, undefined);
   assert.ok(c.choices[0].message.content.includes("<tool_call>"));
-  const e = await client.chat.completions.create({ messages: user("weather"), tools, tool_choice: "required" }).catch((x) => x);
-  assert.equal(e.status, 400);
 });
 
 test("a tool result round trip renders and runs", async () => {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/fast/kernels.h"
@@ -255,9 +256,15 @@ void dots_4x2(const float* const* a, const float* const* b, int64_t n, float (&o
 // dot at a time); what is left over one dot at a time.
 void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
               const OutRows& o) {
-  thread_local std::vector<float> rows;
+  // Rows up to the model's widest (4096 columns) in a fixed per-thread buffer,
+  // so the first item a pool thread runs allocates nothing (decode allocates
+  // nothing per token); wider ones, which no preset has, on the heap.
+  constexpr int64_t kFixedCols = 4096;
+  alignas(64) thread_local float fixed[4 * kFixedCols];
+  thread_local std::vector<float> wide;
   const int64_t n = w.cols;
-  if (rows.size() < size_t(4 * n)) rows.resize(size_t(4 * n));
+  if (n > kFixedCols && wide.size() < size_t(4 * n)) wide.resize(size_t(4 * n));
+  const std::span<float> rows(n > kFixedCols ? wide.data() : fixed, size_t(4 * n));
   auto token = [&](int64_t t) { return x.x + x.ld * (x.index ? x.index[t] : t); };
   for (int64_t b0 = r0; b0 < r1; b0 += 4) {
     const int64_t nr = std::min<int64_t>(4, r1 - b0);
