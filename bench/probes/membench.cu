@@ -6,8 +6,8 @@
 // on distinct bytes (nothing hits L2) in one CUDA graph, replayed; the time
 // is per launch.
 //
-//   (-DTERN_PROBES=ON) cmake --build build --target membench && build/membench (or nvcc -O3 -std=c++17
-//   -arch=sm_90a -I src bench/probes/membench.cu -o membench)
+//   (-DTERN_PROBES=ON) cmake --build build --target membench && build/membench (or nvcc -O3
+//   -std=c++17 -arch=sm_90a -I src bench/probes/membench.cu -o membench)
 #include <cuda_runtime.h>
 
 #include "backends/cuda/common.cuh"

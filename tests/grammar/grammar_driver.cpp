@@ -10,8 +10,8 @@
 #include <iostream>
 #include <string>
 
-#include "core/error.h"
 #include "backends/factory.h"
+#include "core/error.h"
 #include "engine/backend.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"

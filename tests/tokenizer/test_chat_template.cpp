@@ -34,10 +34,8 @@ TEST(ChatTemplate, FixtureCases) {
 }
 
 TEST(ChatTemplate, RecognisesTheQwen35Source) {
-  EXPECT_TRUE(
-      is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.5.jinja"))));
-  EXPECT_FALSE(
-      is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.jinja"))));
+  EXPECT_TRUE(is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.5.jinja"))));
+  EXPECT_FALSE(is_qwen35_chat_template(test::read_file(test::data("chat-template/qwen3.jinja"))));
 }
 
 TEST(ChatTemplate, RejectsWhatTheTemplateRejects) {
