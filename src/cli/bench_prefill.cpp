@@ -8,9 +8,8 @@
 #include "cli/bench_prefill.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "cli/bench_timing.h"
 #include "cli/plot.h"
@@ -41,23 +40,6 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t L, int64_t pos0) {
   return f;
 }
 
-#ifdef TERN_HAVE_CUDA
-namespace {
-
-// Seconds of one prefill of `tokens` on a fresh sequence.
-double time_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens) {
-  auto seq = be.new_sequence();
-  be.reserve(dynamic_cast<cuda::CudaSequence&>(*seq),
-             std::min<int64_t>(int64_t(tokens.size()) + 1, be.config().max_positions));
-  std::vector<float> logits;
-  const auto t0 = std::chrono::steady_clock::now();
-  be.forward(*seq, tokens, Logits::last, logits);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-#endif
-
 nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOptions& o) {
 #ifndef TERN_HAVE_CUDA
   (void)be, (void)o;
@@ -74,14 +56,11 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
               "of bf16", "mem GB");
   nlohmann::json rows = nlohmann::json::array();
   std::vector<PlotPoint> points;
-  std::mt19937 g(uint32_t(o.seed));
   for (const int64_t L : o.lengths) {
     if (L > c.max_positions) fail("--prefill: {} tokens exceed the model's {}", L, c.max_positions);
-    std::vector<int32_t> tokens(static_cast<size_t>(L));
-    for (int32_t& t : tokens) t = int32_t(g() % uint32_t(c.vocab));
-    if (L < 16384) time_prefill(be, tokens);  // warm-up (buffers, first launches)
-    std::vector<double> secs;
-    for (int r = 0; r < o.repeat; ++r) secs.push_back(time_prefill(be, tokens));
+    const uint64_t seed = o.seed + uint64_t(L);   // the same prompt for every run of a length
+    if (L < 16384) time_prefill(be, L, 1, seed);  // warm-up (buffers, first launches)
+    const std::vector<double> secs = time_prefill(be, L, o.repeat, seed);
     const size_t mem = cuda::device_memory_used();
     const double t = median(secs), tok_s = double(L) / t;
     const PrefillFlops f = prefill_flops(c, L);
@@ -101,7 +80,7 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
     if (o.split) {
       cuda::PrefillProfile prof;
       be.set_prefill_profile(&prof);
-      const double total = time_prefill(be, tokens);
+      const double total = time_prefill(be, L, 1, seed).front();
       be.set_prefill_profile(nullptr);
       const double phase_flops[] = {f.moe, f.dense, f.gdn, f.attention, 0.0};
       nlohmann::json split = nlohmann::json::object();

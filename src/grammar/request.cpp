@@ -16,15 +16,22 @@ const ojson* field(const ojson& body, const char* name) {
 }
 
 void read_response_format(const ojson& body, ConstraintRequest& r) {
-  const ojson* rf = field(body, "response_format");
-  if (!rf) return;
-  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-    fail("response_format must be an object with a 'type'");
-  const std::string type = (*rf)["type"].get<std::string>();
-  if (type == "text") return;
+  if (const ojson* rf = field(body, "response_format")) response_format(*rf, "response_format", r);
+}
+
+}  // namespace
+
+void response_format(const ojson& rf, const std::string& where, ConstraintRequest& r) {
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    fail("{} must be an object with a 'type'", where);
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "text") {
+    r.answer = ConstraintRequest::Answer::free;
+    return;
+  }
   if (type == "json_object") {
     // llama.cpp's form {"type": "json_object", "schema": {...}} gives a schema.
-    if (const ojson* s = field(*rf, "schema")) {
+    if (const ojson* s = field(rf, "schema")) {
       r.answer = ConstraintRequest::Answer::json_schema;
       r.schema = *s;
     } else {
@@ -33,17 +40,18 @@ void read_response_format(const ojson& body, ConstraintRequest& r) {
     return;
   }
   if (type != "json_schema")
-    fail("response_format type '{}' is not supported (text, json_object, json_schema)", type);
-  const ojson* js = field(*rf, "json_schema");
-  if (!js || !js->is_object()) fail("response_format.json_schema must be an object");
+    fail("{} type '{}' is not supported (text, json_object, json_schema)", where, type);
+  // Chat completions nest {name, schema, strict} in json_schema; the
+  // Responses API's text.format puts them beside type.
+  const ojson* js = rf.contains("json_schema") ? field(rf, "json_schema") : &rf;
+  const std::string at = js == &rf ? where : where + ".json_schema";
+  if (!js || !js->is_object()) fail("{} must be an object", at);
   const ojson* schema = field(*js, "schema");
   if (!schema || !(schema->is_object() || schema->is_boolean()))
-    fail("response_format.json_schema.schema must be a JSON Schema (an object)");
+    fail("{}.schema must be a JSON Schema (an object)", at);
   r.answer = ConstraintRequest::Answer::json_schema;
   r.schema = *schema;
 }
-
-}  // namespace
 
 std::string ConstraintRequest::key(bool thinking) const {
   ojson k = {{"answer", int(answer)}, {"tools", int(tools)}, {"thinking", thinking}};

@@ -36,6 +36,11 @@ struct ConstraintRequest {
   std::string key(bool thinking) const;
 };
 
+// An OpenAI response format {type: text | json_object | json_schema, ...} into
+// r's answer: chat completions' response_format (json_schema nested) or the
+// Responses API's text.format (name and schema beside type); errors name `where`.
+void response_format(const nlohmann::ordered_json& format, const std::string& where,
+                     ConstraintRequest& r);
 // /v1/chat/completions: response_format, tools, tool_choice, parallel_tool_calls.
 ConstraintRequest chat_constraints(const nlohmann::ordered_json& body);
 // /v1/completions: grammar (GBNF text), json_schema (a schema), response_format.

@@ -196,25 +196,11 @@ void constrain(Request& r, const grammar::ConstraintRequest& want, const std::st
 }  // namespace
 
 void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where) {
-  const Fields f(format, where);
-  const std::string type = f.string("type").value_or("text");
   c.format_field = where;
-  if (type == "text") {
-    c.format.answer = grammar::ConstraintRequest::Answer::free;
-  } else if (type == "json_object") {
-    c.format.answer = grammar::ConstraintRequest::Answer::json_object;
-  } else if (type == "json_schema") {
-    // Chat completions nest {name, schema, strict} in json_schema; the
-    // Responses API puts them beside type.
-    const ojson* js = format.contains("json_schema") ? f.object("json_schema") : &format;
-    const std::string at = js == &format ? where : f.name("json_schema");
-    const ojson* schema = Fields(*js, at).get("schema");
-    if (!schema || !(schema->is_object() || schema->is_boolean()))
-      bad_request(at + ".schema", "'{}.schema' must be a JSON Schema (an object)", at);
-    c.format.answer = grammar::ConstraintRequest::Answer::json_schema;
-    c.format.schema = *schema;
-  } else {
-    bad_request(f.name("type"), "'{}' must be text, json_object or json_schema", f.name("type"));
+  try {
+    grammar::response_format(format, where, c.format);
+  } catch (const Error& e) {
+    bad_request(where, "{}", e.what());
   }
 }
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Fails if any tracked file refers to the development workplace's ../shared
-# folder (or a path inside it): a clone of tern has nothing beside it, so every
-# file a test needs lives in tests/data or comes from a package setup.sh installs.
+# Fails if any tracked file refers to the development workplace's folder of
+# shared material beside the checkout (or a path inside it): a clone of tern
+# has nothing beside it, so every file a test needs lives in tests/data or
+# comes from a package setup.sh installs. The folder's name is assembled here,
+# so this file does not name it itself.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 self="tests/repo/no_outside_paths.sh"
-pattern='\.\./shared([/"'"'"' ]|$)|shared/(fixtures|spec|tools|hooks)|/work/shared'
+name="sha""red"
+pattern="\\.\\./${name}([/\"' ]|\$)|${name}/(fixtures|spec|tools|hooks)|/work/${name}"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   files=$(git ls-files | grep -vxF "$self")
 else  # a source tarball: every file but the build and the npm packages
@@ -18,4 +21,4 @@ if [ -n "$hits" ]; then
   echo "$hits"
   exit 1
 fi
-echo "no tracked file refers to ../shared ($(echo "$files" | wc -l) files checked)"
+echo "no tracked file refers to ../${name} ($(echo "$files" | wc -l) files checked)"

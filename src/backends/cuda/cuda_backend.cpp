@@ -394,86 +394,64 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
                            const std::function<bool(int32_t)>& on_token,
                            const GenerateHooks& hooks) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  const ModelConfig& c = w_->cfg;
-  const bool want_logits = bool(hooks.on_logits);
-  if (want_logits && logits_out_ == nullptr)
-    check(cudaMallocHost(&logits_out_, 2 * size_t(c.vocab) * sizeof(float)), "pinned logits");
-  if (first < 0 || first >= c.vocab)
-    fail("token id {} is outside the vocabulary [0, {})", first, c.vocab);
-  if (max_tokens <= 0) return;
-  check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
-        "token");
-  if (hooks.constraint != nullptr) return generate_constrained(s, max_tokens, on_token, hooks);
-  // Step i feeds the token chosen by step i - 1 (already on the device) and
-  // streams its own choice, ring slot draws (the completion's step count:
-  // earlier calls continue there), into ids_out_[i % 2].
-  auto enqueue = [&](int i) {
-    run_step(s, s.choice());
-    const int64_t slot = s.draws++ & (kOutRing - 1);
-    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
-                          stream_),
-          "id");
-    if (want_logits)  // the slot of step i - 2, whose logits the host has used
-      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * c.vocab, logits_,
-                            size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-            "logits");
-    check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
-  };
-  enqueue(0);
-  for (int i = 0;; ++i) {
-    if (i + 1 < max_tokens) enqueue(i + 1);  // the GPU stays a step ahead
-    check(cudaEventSynchronize(id_ready_[i % 2]), "id");
-    if (want_logits) hooks.on_logits({logits_out_ + size_t(i % 2) * c.vocab, size_t(c.vocab)});
-    if (!on_token(ids_out_[i % 2]) || i + 1 == max_tokens) break;
-  }
-  check(cudaStreamSynchronize(stream_), "generate");
-}
-
-void CudaBackend::generate_constrained(CudaSequence& s, int max_tokens,
-                                       const std::function<bool(int32_t)>& on_token,
-                                       const GenerateHooks& hooks) {
   const int V = w_->cfg.vocab;
   const size_t words = mask_words(V);
-  TokenConstraint& con = *hooks.constraint;
-  if (mask_host_ == nullptr) {
+  TokenConstraint* con = hooks.constraint;
+  if (hooks.on_logits && logits_out_ == nullptr)
+    check(cudaMallocHost(&logits_out_, 2 * size_t(V) * sizeof(float)), "pinned logits");
+  if (con && mask_host_ == nullptr) {
     check(cudaMallocHost(&mask_host_, words * sizeof(uint32_t)), "pinned mask");
     check(cudaMalloc(&mask_dev_, words * sizeof(uint32_t)), "mask");
   }
-  // The choice of step i, after its forward: the raw logits out when wanted,
-  // the mask unless the constraint is free this step, then the choice. The
-  // host rewrites mask_host_ only after the previous choice's id arrived, so
-  // after its copy.
-  auto choose = [&](int i) {
+  if (first < 0 || first >= V) fail("token id {} is outside the vocabulary [0, {})", first, V);
+  if (max_tokens <= 0) return;
+  check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
+        "token");
+  // Step i feeds the token chosen by step i - 1 (already on the device). Its
+  // forward is the whole step graph, or under a constraint the graph without
+  // the choice, which then follows once the host has the mask.
+  auto forward = [&] { run_step(s, con ? StepChoice::none : s.choice()); };
+  // The end of step i: the raw logits out when wanted (slot i % 2: step
+  // i - 2's, which the host has used), under a constraint the mask (unless
+  // free this step; the host rewrites mask_host_ only after the previous id
+  // arrived, so after its copy) and the choice, then the chosen id, ring
+  // slot draws (the completion's step count: earlier calls continue there).
+  auto finish = [&](int i) {
     if (hooks.on_logits)
       check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * V, logits_, size_t(V) * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "logits");
-    if (!con.unconstrained()) {
-      con.allowed({mask_host_, words});
-      check(cudaMemcpyAsync(mask_dev_, mask_host_, words * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                            stream_),
-            "mask");
-      check(mask_logits(logits_, mask_dev_, V, stream_), "mask logits");
+    if (con) {
+      if (!con->unconstrained()) {
+        con->allowed({mask_host_, words});
+        check(cudaMemcpyAsync(mask_dev_, mask_host_, words * sizeof(uint32_t),
+                              cudaMemcpyHostToDevice, stream_),
+              "mask");
+        check(mask_logits(logits_, mask_dev_, V, stream_), "mask logits");
+      }
+      enqueue_choice(s, s.sampled);
     }
-    enqueue_choice(s, s.sampled);
     const int64_t slot = s.draws++ & (kOutRing - 1);
     check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
                           stream_),
           "id");
     check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
   };
-  run_step(s, StepChoice::none);
-  choose(0);
+  forward();
+  finish(0);
   for (int i = 0;; ++i) {
-    // Step i + 1's forward reads the id step i chose on the device: it runs
-    // while the host takes the id, the caller's callback and the next mask.
-    if (i + 1 < max_tokens) run_step(s, StepChoice::none);
+    // The GPU stays a step ahead: step i + 1's forward runs while the host
+    // takes id i, the caller's callback and (constrained) the next mask.
+    if (i + 1 < max_tokens) {
+      forward();
+      if (!con) finish(i + 1);
+    }
     check(cudaEventSynchronize(id_ready_[i % 2]), "id");
     if (hooks.on_logits) hooks.on_logits({logits_out_ + size_t(i % 2) * V, size_t(V)});
     const int32_t id = ids_out_[i % 2];
-    con.accept(id);
+    if (con) con->accept(id);
     if (!on_token(id) || i + 1 == max_tokens) break;
-    choose(i + 1);
+    if (con) finish(i + 1);
   }
   check(cudaStreamSynchronize(stream_), "generate");
 }

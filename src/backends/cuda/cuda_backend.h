@@ -164,11 +164,6 @@ class CudaBackend : public Backend {
   void enqueue_choice(CudaSequence& s, bool sampled);
   StepGraph& ensure_graph(CudaSequence& s, StepChoice choice);
   void run_step(CudaSequence& s, StepChoice choice);
-  // generate() under hooks.constraint: each step's forward graph runs while
-  // the host computes the mask of its choice from the token before.
-  void generate_constrained(CudaSequence& s, int max_tokens,
-                            const std::function<bool(int32_t)>& on_token,
-                            const GenerateHooks& hooks);
   float* buf(size_t n);
 
   std::unique_ptr<DeviceWeights> w_;
