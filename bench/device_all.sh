@@ -10,7 +10,7 @@
 set -uo pipefail
 source "$(dirname "$0")/prebuilt_env.sh"
 T=$BIN/tern
-steps=${STEPS:-"tests sweep decode serve"}  # STEPS picks some
+steps=${STEPS:-"tests sweep short decode serve"}  # STEPS picks some
 has() { [[ " $steps " == *" $1 "* ]]; }
 B="$T bench --dummy 35b-a3b --backend cuda --rev $REV"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv,noheader | tee $OUT/gpu.txt
@@ -29,6 +29,18 @@ echo "sweep exit $?"; grep -E '^ +[0-9]+ |bf16 matrix' $OUT/prefill.log
 timeout 40 $B --prefill 2048,32768 --repeat 1 --split --json $OUT/prefill-split.json \
   >$OUT/prefill-split.log 2>&1
 echo "split exit $?"; grep -E 'split at' $OUT/prefill-split.log | cut -c1-300
+fi
+# Short chunks: the grouped GEMM's tile width by rows per expert, the
+# prefill path under the decode step's threshold, the split at 256.
+if has short; then
+for bn in 0 16 32 64; do
+  echo "moe-bn $bn:"
+  timeout 40 $B --prefill 256,512,1024 --moe-bn $bn --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
+done
+echo "prefill path for short calls (--prefill-step-below 1):"
+timeout 40 $B --prefill 8,16,32,64,128 --prefill-step-below 1 --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
+timeout 40 $B --prefill 32,256 --repeat 1 --split >$OUT/prefill-split-short.log 2>&1
+grep -E 'split at' $OUT/prefill-split-short.log | cut -c1-400
 fi
 if has decode; then
 timeout 45 $B --decode 4096,131072 --gen 64 --repeat 2 --json $OUT/decode.json >$OUT/decode.log 2>&1

@@ -54,7 +54,7 @@ struct BenchOptions {
   std::string command;
   // CUDA prompt processing: --split, and the prefill options (0: the backend's default).
   bool split = false;
-  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0;
+  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0, step_below = 0;
 };
 
 // The lengths asked for; decode at 256..4096 when neither flag is given.
@@ -144,7 +144,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
         o.backend, o.dummy);
   if (o.model.empty()) fail("tern bench: give --model");
   if (o.sample || !o.leave_out.empty() || !o.trace.empty() || o.split || o.prefill_chunk ||
-      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm)
+      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm || o.step_below)
     fail(
         "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
         "the CUDA backend");
@@ -236,6 +236,7 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   cuda::PrefillOptions po;
   if (o.prefill_chunk > 0) po.chunk = o.prefill_chunk;
   if (o.chunked_from > 0) po.chunked_from = o.chunked_from;
+  if (o.step_below > 0) po.step_below = o.step_below;
   po.moe_bn = o.moe_bn, po.dense_bn = o.dense_bn;
   if (o.gemm_bm > 0) po.gemm_bm = o.gemm_bm;
   be->set_prefill_options(po);
@@ -382,10 +383,13 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--gdn-chunked-from", o->chunked_from,
                   "CUDA: chunk length from which GDN runs the chunked (WY) form, not the scan")
       ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--moe-bn", o->moe_bn, "CUDA: grouped MoE GEMM tile, 64 or 128 (0: auto)")
-      ->check(CLI::IsMember({0, 64, 128}));
-  cmd->add_option("--dense-bn", o->dense_bn, "CUDA: dense GEMM tile, 64 or 128 (0: auto)")
-      ->check(CLI::IsMember({0, 64, 128}));
+  cmd->add_option("--moe-bn", o->moe_bn, "CUDA: grouped MoE GEMM tile, 16/32/64/128 (0: auto)")
+      ->check(CLI::IsMember({0, 16, 32, 64, 128}));
+  cmd->add_option("--dense-bn", o->dense_bn, "CUDA: dense GEMM tile, 16/32/64/128 (0: auto)")
+      ->check(CLI::IsMember({0, 16, 32, 64, 128}));
+  cmd->add_option("--prefill-step-below", o->step_below,
+                  "CUDA: calls of fewer tokens run the decode step token by token")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gemm-bm", o->gemm_bm, "CUDA: GEMM weight rows a tile, 128 or 256")
       ->check(CLI::IsMember({128, 256}));
   return [o, cmd] {

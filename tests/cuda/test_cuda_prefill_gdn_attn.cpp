@@ -259,6 +259,7 @@ TEST(PrefillAttention, PrepMatchesTheCpu) {
 
 struct FlashCase {
   int H, KV, T, pos0;
+  bool split = false;  // a work area: short chunks over long caches split their keys
 };
 class PrefillFlash : public ::testing::TestWithParam<FlashCase> {};
 
@@ -309,19 +310,27 @@ TEST_P(PrefillFlash, MatchesDoublePrecision) {
     }
   auto dq = to_dev(q16), dk = to_dev(kc), dv = to_dev(vc);
   auto out = to_dev(std::vector<float>(ref.size(), NAN));
-  ASSERT_EQ(cuda::attn_flash({dq.get(), dk.get(), dv.get(), p.T, p.pos0, p.H, p.KV, cap, out.get()},
+  const size_t work_floats = p.split ? cuda::flash_work_floats(p.H, p.KV) : 0;
+  auto work = to_dev(std::vector<float>(std::max<size_t>(work_floats, 1), NAN));
+  ASSERT_EQ(cuda::attn_flash({dq.get(), dk.get(), dv.get(), p.T, p.pos0, p.H, p.KV, cap, out.get(),
+                              p.split ? work.get() : nullptr, work_floats},
                              nullptr),
             cudaSuccess);
   const float err = max_diff(to_host(out.get(), ref.size()), ref);
-  report(("flash T=" + std::to_string(p.T) + " pos0=" + std::to_string(p.pos0)).c_str(), err,
-         max_abs(ref));
+  report(("flash T=" + std::to_string(p.T) + " pos0=" + std::to_string(p.pos0) +
+          (p.split ? " split" : ""))
+             .c_str(),
+         err, max_abs(ref));
   EXPECT_LE(err, 2e-3f * max_abs(ref));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PrefillFlash,
-                         ::testing::Values(FlashCase{16, 2, 1, 0}, FlashCase{16, 2, 37, 300},
-                                           FlashCase{16, 2, 200, 0}, FlashCase{4, 2, 70, 33},
-                                           FlashCase{16, 2, 129, 1000}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PrefillFlash,
+    ::testing::Values(FlashCase{16, 2, 1, 0}, FlashCase{16, 2, 37, 300}, FlashCase{16, 2, 200, 0},
+                      FlashCase{4, 2, 70, 33}, FlashCase{16, 2, 129, 1000},
+                      FlashCase{16, 2, 1, 0, true}, FlashCase{16, 2, 5, 3000, true},
+                      FlashCase{16, 2, 37, 2000, true}, FlashCase{4, 2, 70, 900, true},
+                      FlashCase{16, 2, 129, 1000, true}));
 
 }  // namespace
 }  // namespace tern::test

@@ -146,8 +146,8 @@ class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
 // The router GEMM (8-bit weights, fp32) against a host sum in the kernel's
 // own order (each logit one fmaf chain over k, the weights dequantised as
-// s * q + b): equal bits, for the 16-token tiles (up to 512 tokens) and the
-// 64-token ones, at chunk edges and a single token.
+// s * q + b): equal bits, for the 16 x 16 tiles (up to 512 tokens) and the
+// 64 x 64 ones, at chunk edges and a single token.
 TEST(PrefillRouter, MatchesTheSequentialSum) {
   TERN_REQUIRE_GPU();
   std::mt19937 g(23);
@@ -223,7 +223,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
                                            GemmCase{128, 4096, 130, true, 128, 256, O::weighted},
                                            GemmCase{40, 192, 33, false, 64, 256, O::store},
                                            GemmCase{100, 64, 129, false, 128, 128, O::add},
-                                           GemmCase{48, 128, 5, true, 64, 256, O::store}));
+                                           GemmCase{48, 128, 5, true, 64, 256, O::store},
+                                           GemmCase{1040, 2048, 7, true, 16, 256, O::add},
+                                           GemmCase{272, 2048, 45, true, 16, 128, O::store},
+                                           GemmCase{300, 2048, 70, true, 32, 256, O::weighted},
+                                           GemmCase{40, 192, 33, false, 16, 256, O::store},
+                                           GemmCase{100, 64, 29, false, 32, 128, O::add}));
 
 // The MoE of T tokens from given router logits: route_tokens, the grouped
 // gate/up (SwiGLU) and down (routing weights) GEMMs and the combine, against
@@ -349,16 +354,21 @@ TEST_P(PrefillMoe, MatchesTheCpu) {
   check_moe(logits, p.T, p.E, p.top_k, p.D, p.I, p.tiles, p.bn, p.bm, g);
 }
 
-INSTANTIATE_TEST_SUITE_P(Routings, PrefillMoe,
-                         ::testing::Values(MoeCase{"random", 1, 8, 2, 256, 128, true, 64, 256},
-                                           MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 256},
-                                           MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 128},
-                                           MoeCase{"one expert", 200, 16, 4, 256, 128, true, 64,
-                                                   256},
-                                           MoeCase{"spread", 16, 16, 1, 256, 128, true, 128, 256},
-                                           MoeCase{"random", 150, 16, 8, 2048, 512, true, 128, 256},
-                                           MoeCase{"random", 400, 256, 8, 128, 64, true, 64, 128},
-                                           MoeCase{"random", 70, 16, 4, 128, 64, false, 64, 256}));
+INSTANTIATE_TEST_SUITE_P(
+    Routings, PrefillMoe,
+    ::testing::Values(MoeCase{"random", 1, 8, 2, 256, 128, true, 64, 256},
+                      MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 256},
+                      MoeCase{"random", 300, 16, 4, 256, 128, true, 128, 128},
+                      MoeCase{"one expert", 200, 16, 4, 256, 128, true, 64, 256},
+                      MoeCase{"spread", 16, 16, 1, 256, 128, true, 128, 256},
+                      MoeCase{"random", 150, 16, 8, 2048, 512, true, 128, 256},
+                      MoeCase{"random", 400, 256, 8, 128, 64, true, 64, 128},
+                      MoeCase{"random", 70, 16, 4, 128, 64, false, 64, 256},
+                      MoeCase{"random", 128, 256, 8, 2048, 512, true, 16, 256},
+                      MoeCase{"one expert", 40, 16, 4, 256, 128, true, 16, 256},
+                      MoeCase{"spread", 16, 16, 1, 256, 128, true, 16, 128},
+                      MoeCase{"random", 300, 16, 4, 256, 128, true, 32, 256},
+                      MoeCase{"random", 70, 16, 4, 128, 64, false, 16, 256}));
 
 }  // namespace
 }  // namespace tern::test

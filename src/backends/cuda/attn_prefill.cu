@@ -18,6 +18,14 @@
 // S = Q K^T and O += P V on mma m16n8k16 (fp16 in, fp32 sums), the online
 // softmax in fp32 with exp2; P goes from the S accumulators into A fragments
 // without shared memory. The landing of tile j + 1 overlaps tile j's math.
+//
+// Split keys: a short chunk over a long cache has few blocks (two per 16
+// tokens), each walking every cached key, so most SMs idle (a 25-token turn
+// over 24K cached tokens: 8 blocks). The keys are then cut into S ranges of
+// whole tiles (blockIdx.z), each block writes its unnormalised sums with their
+// max and normaliser, and a combine kernel merges the ranges per (token, head).
+#include <algorithm>
+
 #include "backends/cuda/prefill_kernels.h"
 #include "backends/cuda/prefill_mma.cuh"
 
@@ -146,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
           *lv = lk + kTileBytes;
   const int G = a.heads / a.kv_heads, TB = kRows / G;
   const int qt = int(gridDim.x) - 1 - int(blockIdx.x), kvh = int(blockIdx.y);  // heavy tiles first
-  const int q0 = qt * TB, tid = int(threadIdx.x);
+  const int q0 = qt * TB, tid = int(threadIdx.x), S = int(gridDim.z), split = int(blockIdx.z);
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks, tq = q0 + r / G, h = kvh * G + r % G;
     const bool ok = tq < a.T;
@@ -154,8 +162,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
                a.q16 + (size_t(h) * a.T + (ok ? tq : 0)) * kD + 8 * c, ok);
   }
   const int last_tok = min(q0 + TB, a.T) - 1, kmax = a.pos0 + last_tok;
-  const int tiles = kmax / kKeys + 1;
-  land(a, kvh, 0, lk, lv);
+  // This block's tiles: all of its keys, or its range of the split.
+  const int per = ((a.pos0 + a.T - 1) / kKeys + S) / S;
+  const int j0 = split * per, j1 = min(kmax / kKeys + 1, j0 + per);
+  if (j0 < j1) land(a, kvh, j0 * kKeys, lk, lv);
   cp_async_commit();
 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -164,12 +174,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
   const int tp0 = a.pos0 + q0 + (r0 + g) / G, tp1 = a.pos0 + q0 + (r0 + g + 8) / G;
   float o[kD / 8][4] = {};
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  for (int j = 0; j < tiles; ++j) {
+  for (int j = j0; j < j1; ++j) {
     cp_async_wait<0>();
     __syncthreads();  // tile j landed; every warp is done with tile j - 1's fp16 rows
     convert(lk, lv, k16, v16);
     __syncthreads();
-    if (j + 1 < tiles) land(a, kvh, (j + 1) * kKeys, lk, lv);
+    if (j + 1 < j1) land(a, kvh, (j + 1) * kKeys, lk, lv);
     cp_async_commit();
     const int kb = j * kKeys;
     // S = Q K^T: 16 rows x 64 keys.
@@ -246,18 +256,53 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
 #pragma unroll
   for (int x = 1; x < 4; x <<= 1)
     l0 += __shfl_xor_sync(kFull, l0, x), l1 += __shfl_xor_sync(kFull, l1, x);
-  const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+  // Split: the range's unnormalised sums, max and normaliser (a row with no
+  // key in the range keeps -inf, 0 and zero sums).
+  const size_t rows = size_t(a.T) * a.heads;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = r0 + g + 8 * half, tq = q0 + r / G, h = kvh * G + r % G;
     if (tq >= a.T) continue;
-    float* dst = a.out + (size_t(tq) * a.heads + h) * kD;
-    const float inv = half ? i1 : i0;
+    const size_t row = size_t(tq) * a.heads + h;
+    const float l = half ? l1 : l0, inv = S > 1 ? 1.0f : 1.0f / l;
+    float* dst = S > 1 ? a.work + (split * rows + row) * kD : a.out + row * kD;
 #pragma unroll
     for (int d = 0; d < kD / 8; ++d)
       *reinterpret_cast<float2*>(dst + 8 * d + 2 * t) =
           make_float2(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
+    if (S > 1 && t == 0)
+      *reinterpret_cast<float2*>(a.work + S * rows * kD + 2 * (split * rows + row)) =
+          make_float2(half ? m1 : m0, l);
   }
+}
+
+// The S ranges of a split into out: a block a (token, head), a thread a dim.
+__global__ void __launch_bounds__(kD) combine_kernel(FlashArgs a, int S) {
+  const size_t rows = size_t(a.T) * a.heads, row = blockIdx.x;
+  const float2* ml = reinterpret_cast<const float2*>(a.work + S * rows * kD);
+  float m = -INFINITY;
+  for (int s = 0; s < S; ++s) m = fmaxf(m, ml[s * rows + row].x);
+  float sum = 0.0f, l = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float2 v = ml[s * rows + row];
+    if (v.y == 0.0f) continue;  // no key of the range is visible to this row
+    const float c = exp2f(v.x - m);
+    sum += c * a.work[(s * rows + row) * kD + threadIdx.x], l += c * v.y;
+  }
+  a.out[row * kD + threadIdx.x] = sum / l;
+}
+
+// Ranges for a call: one unless the call's blocks leave SMs idle; then enough
+// for about two blocks an SM, each of at least 4 tiles, within the work area.
+// S T <= (2 sms / blocks + 1) T with blocks >= T kv_heads / TB, and T < sms TB
+// / kv_heads where it splits: flash_work_floats' 3 sms TB / kv_heads rows.
+int flash_splits(const FlashArgs& a) {
+  const int G = a.heads / a.kv_heads, blocks = (a.T + kRows / G - 1) / (kRows / G) * a.kv_heads;
+  const int tiles = (a.pos0 + a.T - 1) / kKeys + 1, sms = sm_count();
+  if (a.work == nullptr || blocks >= sms) return 1;
+  const size_t per_split = size_t(a.T) * a.heads * (kD + 2);
+  const int fit = int(std::min<size_t>(64, a.work_floats / per_split));
+  return std::max(1, std::min({(2 * sms + blocks - 1) / blocks, tiles / 4, fit}));
 }
 
 }  // namespace
@@ -270,6 +315,11 @@ cudaError_t attn_prep(const AttnPrepArgs& a, cudaStream_t st) {
   return cudaGetLastError();
 }
 
+size_t flash_work_floats(int heads, int kv_heads) {
+  const size_t TB = size_t(kRows / std::max(1, heads / std::max(1, kv_heads)));
+  return 3 * size_t(sm_count()) * TB / size_t(std::max(1, kv_heads)) * size_t(heads) * (kD + 2);
+}
+
 cudaError_t attn_flash(const FlashArgs& a, cudaStream_t st) {
   const int G = a.heads / max(1, a.kv_heads);
   if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || kRows % G != 0 || G > 16)
@@ -279,8 +329,11 @@ cudaError_t attn_flash(const FlashArgs& a, cudaStream_t st) {
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
       e != cudaSuccess)
     return e;
-  const int TB = kRows / G;
-  flash_kernel<<<dim3((a.T + TB - 1) / TB, a.kv_heads), kThreads, kSmem, st>>>(a);
+  const int TB = kRows / G, S = flash_splits(a);
+  flash_kernel<<<dim3((a.T + TB - 1) / TB, a.kv_heads, S), kThreads, kSmem, st>>>(a);
+  if (S == 1) return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  combine_kernel<<<unsigned(a.T * a.heads), kD, 0, st>>>(a, S);
   return cudaGetLastError();
 }
 

@@ -17,67 +17,82 @@ namespace tern::cuda {
 
 namespace {
 
-// Router GEMM: kTok tokens (64, or 16 for chunks up to 512, whose few 64-token
-// blocks left most SMs idle: 187 us a layer at 256 tokens) by 64 router rows
-// a block, K in steps of one group; thread (tx, ty) sums rows 4 tx.. by
-// tokens kTok / 16 ty.., both operands stored k-major. Every logit is one
-// thread's fmaf chain over k in order, whatever the tile.
-constexpr int kRK = 64, kRRows = 64, kRThreads = 256, kRPad = kRRows + 4;
+// Router GEMM: a block takes kTok tokens by kRows router rows (16 x 16 for
+// chunks up to 512 tokens, whose few 64 x 64 blocks left most SMs idle: 187
+// us a layer at 256 tokens; 64 x 64 above), K in steps of one group, the next
+// step's words and activations loaded into registers while the current one is
+// summed. Thread (tx, ty) sums rows kRows / 16 tx.. by tokens kTok / 16 ty..,
+// both operands stored k-major in shared memory. Every logit is one thread's
+// fmaf chain over k in order, whatever the tile.
+constexpr int kRK = 64, kRThreads = 256;
 
-template <int kTok>
+template <int kTok, int kRows>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
-  constexpr int kTokPer = kTok / 16;  // tokens a thread
-  __shared__ __align__(16) float xs[kRK][kTok + 4], ws[kRK][kRPad];
+  constexpr int kTokPer = kTok / 16, kRowPer = kRows / 16;  // a thread's tokens, rows
+  constexpr int kXN = kTok * kRK / kRThreads, kWN = kRows * kRK / 4 / kRThreads;  // loads a thread
+  __shared__ __align__(16) float xs[kRK][kTok + 4], ws[kRK][kRows + 4];
   const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
-  const int r0 = int(blockIdx.x) * kRRows, t0 = int(blockIdx.y) * kTok, K = W.cols;
+  const int r0 = int(blockIdx.x) * kRows, t0 = int(blockIdx.y) * kTok, K = W.cols;
   const int wpr = K / 4, gpr = K / kGroup;
-  float acc[kTokPer][4] = {};  // [token][row]
+  float xr[kXN];
+  uint32_t wr[kWN], sbr[kWN];
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int n = 0; n < kXN; ++n) {
+      const int i = tid + n * kRThreads, t = t0 + i / kRK;
+      xr[n] = t < T ? a32[size_t(t) * K + k0 + i % kRK] : 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kWN; ++n) {
+      const int i = tid + n * kRThreads, R = r0 + i / (kRK / 4), wq = i % (kRK / 4);
+      wr[n] = R < W.rows ? W.w[size_t(R) * wpr + k0 / 4 + wq] : 0u;
+      sbr[n] = R < W.rows ? W.sb[size_t(R) * gpr + k0 / kGroup] : 0u;
+    }
+  };
+  // Weights dequantised as the CPU does (rows past the matrix are zero).
+  auto store = [&] {
+#pragma unroll
+    for (int n = 0; n < kXN; ++n) {
+      const int i = tid + n * kRThreads;
+      xs[i % kRK][i / kRK] = xr[n];
+    }
+#pragma unroll
+    for (int n = 0; n < kWN; ++n) {
+      const int i = tid + n * kRThreads, row = i / (kRK / 4), wq = i % (kRK / 4);
+      const bool in = r0 + row < W.rows;
+      const float sc = sb_scale(sbr[n]), bi = sb_bias(sbr[n]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        ws[4 * wq + j][row] =
+            in ? __fadd_rn(__fmul_rn(sc, float((wr[n] >> (8 * j)) & 0xFFu)), bi) : 0.0f;
+    }
+  };
+  float acc[kTokPer][kRowPer] = {};  // [token][row]
+  fetch(0);
   for (int k0 = 0; k0 < K; k0 += kRK) {
+    __syncthreads();  // every thread is done with the last step's tiles
+    store();
     __syncthreads();
-    for (int i = tid; i < kTok * kRK; i += kRThreads) {
-      const int row = i / kRK, k = i % kRK, t = t0 + row;
-      xs[k][row] = t < T ? a32[size_t(t) * K + k0 + k] : 0.0f;
-    }
-    // Weights: a word (4 codes) a thread, dequantised as the CPU does.
-    for (int i = tid; i < kRRows * kRK / 4; i += kRThreads) {
-      const int row = i / (kRK / 4), wq = i % (kRK / 4), R = r0 + row;
-      float q[4] = {};
-      if (R < W.rows) {
-        const uint32_t w = W.w[size_t(R) * wpr + (k0 + 4 * wq) / 4];
-        const uint32_t sb = W.sb[size_t(R) * gpr + k0 / kGroup];
-        const float s = sb_scale(sb), b = sb_bias(sb);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          q[j] = __fadd_rn(__fmul_rn(s, float((w >> (8 * j)) & 0xFFu)), b);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) ws[4 * wq + j][row] = q[j];
-    }
-    __syncthreads();
+    if (k0 + kRK < K) fetch(k0 + kRK);
 #pragma unroll 8
     for (int k = 0; k < kRK; ++k) {
-      float xa[kTokPer];
-      if constexpr (kTokPer == 4) {
-        const float4 xv = *reinterpret_cast<const float4*>(&xs[k][4 * ty]);
-        xa[0] = xv.x, xa[1] = xv.y, xa[2] = xv.z, xa[3] = xv.w;
-      } else {
+      float xa[kTokPer], wa[kRowPer];
 #pragma unroll
-        for (int j = 0; j < kTokPer; ++j) xa[j] = xs[k][kTokPer * ty + j];
-      }
-      const float4 wv = *reinterpret_cast<const float4*>(&ws[k][4 * tx]);
-      const float wa[4] = {wv.x, wv.y, wv.z, wv.w};
+      for (int j = 0; j < kTokPer; ++j) xa[j] = xs[k][kTokPer * ty + j];
+#pragma unroll
+      for (int i = 0; i < kRowPer; ++i) wa[i] = ws[k][kRowPer * tx + i];
 #pragma unroll
       for (int j = 0; j < kTokPer; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(xa[j], wa[i], acc[j][i]);
+        for (int i = 0; i < kRowPer; ++i) acc[j][i] = fmaf(xa[j], wa[i], acc[j][i]);
     }
   }
 #pragma unroll
   for (int j = 0; j < kTokPer; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = t0 + kTokPer * ty + j, R = r0 + 4 * tx + i;
+    for (int i = 0; i < kRowPer; ++i) {
+      const int t = t0 + kTokPer * ty + j, R = r0 + kRowPer * tx + i;
       if (t < T && R < W.rows) logits[size_t(t) * W.rows + R] = acc[j][i];
     }
 }
@@ -176,13 +191,13 @@ __global__ void combine_kernel(const float* y, const int* token_slot, int T, int
 cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st) {
   if (W.bits != 8 || W.w == nullptr || W.cols % kRK != 0) return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
-  const unsigned row_blocks = unsigned((W.rows + kRRows - 1) / kRRows);
-  if (T <= 512)  // measured: faster at 256 and 512, slower at 1024 (bench/results 1896ee9)
-    router_kernel<16>
-        <<<dim3(row_blocks, unsigned((T + 15) / 16)), kRThreads, 0, st>>>(W, a32, T, logits);
+  auto blocks = [&](int rows, int tok) {
+    return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok));
+  };
+  if (T <= 512)
+    router_kernel<16, 16><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
   else
-    router_kernel<64>
-        <<<dim3(row_blocks, unsigned((T + 63) / 64)), kRThreads, 0, st>>>(W, a32, T, logits);
+    router_kernel<64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 

@@ -67,9 +67,8 @@ class PhaseMarks {
 
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
   if (o.chunk < 1 || o.step_below < 1 || o.chunked_from < 1 ||
-      (o.moe_bn != 0 && o.moe_bn != 64 && o.moe_bn != 128) ||
-      (o.dense_bn != 0 && o.dense_bn != 64 && o.dense_bn != 128) ||
-      (o.gemm_bm != 128 && o.gemm_bm != 256))
+      (o.moe_bn != 0 && !gemm_bn_valid(o.moe_bn)) ||
+      (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn)) || (o.gemm_bm != 128 && o.gemm_bm != 256))
     fail(
         "prefill options: chunk {}, step_below {}, chunked_from {}, moe_bn {}, dense_bn {}, "
         "gemm_bm {}",
@@ -118,7 +117,11 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
     alloc(b->g, t * Hv);
     alloc(b->delta, delta_scratch_floats(T, int(Hv)));
   }
-  if (attn) alloc(b->q16, H * t * kHeadDim);
+  if (attn) {
+    alloc(b->q16, H * t * kHeadDim);
+    b->flash_floats = flash_work_floats(c.n_heads, c.n_kv_heads);
+    alloc(b->flash_work, b->flash_floats);
+  }
   alloc(b->rlogits, t * (E + 1));
   alloc(b->counts, E + 1);
   check(cudaMemsetAsync(b->counts, 0, (E + 1) * sizeof(int), stream_), "counts");
@@ -129,7 +132,7 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
   alloc(b->slot_row, A);
   alloc(b->slot_w, A);
   alloc(b->token_slot, A);
-  b->tile_cap = route_max_tiles(T, c.n_experts, c.top_k, 64);
+  b->tile_cap = route_max_tiles(T, c.n_experts, c.top_k, 16);  // the narrowest tiles
   alloc(b->map, size_t(b->tile_cap));
   alloc(b->map_count, 1);
   alloc(b->act, A * I);
@@ -200,9 +203,20 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
   PhaseMarks mark(profile_, st);
   const int D = c.hidden, E = c.n_experts, K1 = c.top_k + 1, I = c.moe_inter;
   const int pos0 = int(s.length());
-  const int dense_bn = popt_.dense_bn != 0 ? popt_.dense_bn : T <= 512 ? 64 : 128;
-  // 64 measured faster than 128 at 512, 4K and 32K tokens (bench/results, 175a7da).
-  const int moe_bn = popt_.moe_bn != 0 ? popt_.moe_bn : 64;
+  // Tiles no wider than the rows they get: a short chunk's GEMMs are bound by
+  // reading the weights, not by the mmas of empty tile columns.
+  const int dense_bn = popt_.dense_bn != 0 ? popt_.dense_bn
+                       : T <= 16           ? 16
+                       : T <= 32           ? 32
+                       : T <= 512          ? 64
+                                           : 128;
+  // By the mean rows an expert (T top_k / E): 64 measured faster than 128 at
+  // 512, 4K and 32K tokens (bench/results, 175a7da).
+  const int per_expert = T * c.top_k / E;
+  const int moe_bn = popt_.moe_bn != 0  ? popt_.moe_bn
+                     : per_expert <= 10 ? 16
+                     : per_expert <= 24 ? 32
+                                        : 64;
   auto stage = [&](StageArgs a, PrefillPhase ph, const char* what) {
     a.out = b.x16, a.xscale = b.xscale, a.eps = c.rms_eps;
     check(stage_rows(a, st), "prefill staging");
@@ -276,8 +290,17 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                             .v_cache = s.v[size_t(i)]};
       check(attn_prep(ap, st), "prefill attention prep");
       mark(PrefillPhase::attention, "attn_prep");
-      const FlashArgs fa{b.q16,     s.k[size_t(i)], s.v[size_t(i)], T,  pos0,
-                         c.n_heads, c.n_kv_heads,   s.capacity,     b.o};
+      const FlashArgs fa{.q16 = b.q16,
+                         .k_cache = s.k[size_t(i)],
+                         .v_cache = s.v[size_t(i)],
+                         .T = T,
+                         .pos0 = pos0,
+                         .heads = c.n_heads,
+                         .kv_heads = c.n_kv_heads,
+                         .capacity = s.capacity,
+                         .out = b.o,
+                         .work = b.flash_work,
+                         .work_floats = b.flash_floats};
       check(attn_flash(fa, st), "prefill attention");
       mark(PrefillPhase::attention, "flash");
       stage({.x = b.o,

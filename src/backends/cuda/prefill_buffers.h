@@ -21,9 +21,11 @@ struct CudaBackend::PrefillBuffers {
   float* a32 = nullptr;     // [T][D] the router's input
   float* proj = nullptr;    // [T][max(GDN in rows, attention qkv rows)]
   float *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr, *g = nullptr;
-  float* o = nullptr;        // [T][max(Hv 128, H 256)] delta rule / attention output
-  float* delta = nullptr;    // chunked delta rule scratch
-  uint16_t* q16 = nullptr;   // [H][T][256]
+  float* o = nullptr;           // [T][max(Hv 128, H 256)] delta rule / attention output
+  float* delta = nullptr;       // chunked delta rule scratch
+  uint16_t* q16 = nullptr;      // [H][T][256]
+  float* flash_work = nullptr;  // attention's split-key sums (flash_work_floats)
+  size_t flash_floats = 0;
   float* rlogits = nullptr;  // [T][E + 1]
   int *counts = nullptr, *offsets = nullptr, *cursor = nullptr, *ids = nullptr;
   float* wts = nullptr;

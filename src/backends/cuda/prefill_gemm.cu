@@ -1,8 +1,8 @@
 // The prefill's 4-bit GEMM: y = x . W^T for a chunk of staged activation rows
 // (prefill_kernels.h), dense or grouped by expert, on tensor cores. Shapes: W
 // [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16 staged; a block
-// computes BM = 128 or 256 weight rows (8 or 16 tiles of 16) by BN = 64 or 128
-// slots and walks K a round (128 columns) at a time through a ring of 4
+// computes BM = 128 or 256 weight rows (8 or 16 tiles of 16) by BN = 16, 32, 64
+// or 128 slots and walks K a round (128 columns) at a time through a ring of 4
 // shared-memory stages filled by cp.async.
 //
 // Weights: each stage holds the round's BM / 16 tile images (kernels.h's tile
@@ -16,11 +16,12 @@
 // stored in the matching order and a B fragment pair is one 16-byte load.
 // No bf16/fp16 copy of a weight matrix exists outside the registers.
 //
-// Warps: 4 along the weight rows (BM / 4 rows: BM / 64 tiles) by 2 along the
-// slots (BN / 2: BN / 16 n8-tiles); per word of codes a warp loads its B
-// fragments once and runs them against each of its tiles, so each dequantised
-// fragment feeds BN / 8 mmas and each B fragment 2 BM / 64 (BM = 256 halves
-// the activation bytes per FLOP that a block pulls through L2). fp32 sums; the
+// Warps: 4 along the weight rows by 2 along the slots (BN / 2 each), or for
+// the narrow tiles of few rows per expert (BN 16, 32) all 8 along the rows, so
+// that no two warps dequantise the same codes; per word of codes a warp loads
+// its B fragments once and runs them against each of its tiles, so each
+// dequantised fragment feeds 2 kNT mmas and each B fragment 2 kTPW (BM = 256
+// halves the activation bytes per FLOP that a block pulls through L2). fp32 sums; the
 // epilogue scales by the row's staging factor and stores, adds, applies
 // SwiGLU (gate/up pairs) or the routing weight.
 #include <algorithm>
@@ -39,12 +40,13 @@ constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
 
 template <int BM, int BN>
 struct Cfg {
-  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 4;  // tiles a block, a warp
+  static constexpr int kWN = BN >= 64 ? 2 : 1, kWM = 8 / kWN;    // warps along slots, rows
+  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / kWM;  // tiles a block, a warp
   static constexpr int kABytes = kTilesM * kImg;
   static constexpr int kStages = 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
-  static constexpr int kNT = BN / 16;  // n8-tiles a warp
-  static constexpr int kMinBlocks = BM == 128 && BN == 64 ? 2 : 1;
+  static constexpr int kNT = BN / (8 * kWN);  // n8-tiles a warp
+  static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN == 64) ? 2 : 1;
   static constexpr size_t kSmem =
       size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
 };
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   }
 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int wm = warp & 3, wn = warp >> 2;
+  const int wm = warp % C::kWM, wn = warp / C::kWM;
   float acc[C::kTPW][C::kNT][4] = {};
   for (int r = 0; r < rounds; ++r) {
     cp_async_wait<C::kStages - 2>();
@@ -216,10 +218,10 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
     }
     const uint8_t* st = smem + (r % C::kStages) * C::kStage;
     const uint8_t* imgs = st + wm * C::kTPW * kImg;  // the warp's tiles
-    const uint8_t* bs = st + C::kABytes + (wn * (BN / 2) + g) * kRowBytes;
+    const uint8_t* bs = st + C::kABytes + (wn * (BN / C::kWN) + g) * kRowBytes;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int piece = pf::b_piece(4 * t + i, g);  // rows wn BN/2 + 8 j + g: parity of g
+      const int piece = pf::b_piece(4 * t + i, g);  // rows wn BN/kWN + 8 j + g: parity of g
       uint4 x[C::kNT];
 #pragma unroll
       for (int j = 0; j < C::kNT; ++j) x[j] = pf::lds128(bs + j * 8 * kRowBytes + 16 * piece);
@@ -245,16 +247,16 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   }
   cp_async_wait<0>();
 
-  // Epilogue: acc[ts][j][c] is weight row m0 + BM/4 wm + 16 ts + g (+8 for c >= 2)
-  // of slot row0 + wn BN/2 + 8 j + 2 t (+1 for odd c).
+  // Epilogue: acc[ts][j][c] is weight row m0 + BM/kWM wm + 16 ts + g (+8 for
+  // c >= 2) of slot row0 + wn BN/kWN + 8 j + 2 t (+1 for odd c).
 #pragma unroll
   for (int ts = 0; ts < C::kTPW; ++ts) {
-    const int m16 = b.m0 + (BM / 4) * wm + 16 * ts, m = m16 + g;
+    const int m16 = b.m0 + (BM / C::kWM) * wm + 16 * ts, m = m16 + g;
 #pragma unroll
     for (int j = 0; j < C::kNT; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int jj = wn * (BN / 2) + 8 * j + 2 * t + e;
+        const int jj = wn * (BN / C::kWN) + 8 * j + 2 * t + e;
         if (jj >= b.rows) continue;
         const int slot = b.row0 + jj;
         const float sc = bscale[jj], v0 = acc[ts][j][e] * sc, v8 = acc[ts][j][2 + e] * sc;
@@ -314,11 +316,23 @@ cudaError_t launch_out(const GemmArgs& a, cudaStream_t st) {
   return cudaErrorInvalidValue;
 }
 
+template <int BM, bool kTiled>
+cudaError_t launch_bn(const GemmArgs& a, cudaStream_t st) {
+  switch (a.bn) {
+    case 16:
+      return launch_out<BM, 16, kTiled>(a, st);
+    case 32:
+      return launch_out<BM, 32, kTiled>(a, st);
+    case 64:
+      return launch_out<BM, 64, kTiled>(a, st);
+    default:
+      return launch_out<BM, 128, kTiled>(a, st);
+  }
+}
+
 template <bool kTiled>
 cudaError_t launch_shape(const GemmArgs& a, cudaStream_t st) {
-  if (a.bm == 256)
-    return a.bn == 64 ? launch_out<256, 64, kTiled>(a, st) : launch_out<256, 128, kTiled>(a, st);
-  return a.bn == 64 ? launch_out<128, 64, kTiled>(a, st) : launch_out<128, 128, kTiled>(a, st);
+  return a.bm == 256 ? launch_bn<256, kTiled>(a, st) : launch_bn<128, kTiled>(a, st);
 }
 
 }  // namespace
@@ -339,7 +353,7 @@ cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st) {
   if (a.out != GemmOut::swiglu && a.y == nullptr) return cudaErrorInvalidValue;
   if (a.out == GemmOut::weighted && a.row_w == nullptr) return cudaErrorInvalidValue;
   if (a.map == nullptr && a.n <= 0) return cudaSuccess;
-  if ((a.bm != 128 && a.bm != 256) || (a.bn != 64 && a.bn != 128)) return cudaErrorInvalidValue;
+  if ((a.bm != 128 && a.bm != 256) || !gemm_bn_valid(a.bn)) return cudaErrorInvalidValue;
   return a.W.tiles != nullptr ? launch_shape<true>(a, st) : launch_shape<false>(a, st);
 }
 

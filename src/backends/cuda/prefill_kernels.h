@@ -87,9 +87,12 @@ struct GemmArgs {
   int ldy = 0;
   uint16_t* act = nullptr;       // swiglu: [slots][group_rows / 2] staged fp16 (no row scale)
   const float* row_w = nullptr;  // weighted: per slot
-  int bn = 128;                  // 64 or 128 staged rows a block
+  int bn = 128;                  // 16, 32, 64 or 128 staged rows a block
   int bm = 256;                  // 128 or 256 weight rows a block
 };
+constexpr bool gemm_bn_valid(int bn) {
+  return bn == 16 || bn == 32 || bn == 64 || bn == 128;
+}
 cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st);
 // Whether prefill_gemm takes W (4-bit, columns a multiple of 64; either layout).
 bool prefill_gemm_takes(const DMat& W);
@@ -188,7 +191,13 @@ struct FlashArgs {
   const uint16_t *k_cache = nullptr, *v_cache = nullptr;
   int T = 0, pos0 = 0, heads = 0, kv_heads = 0, capacity = 0;
   float* out = nullptr;
+  // Scratch for splitting the keys of a short chunk over a long cache (null:
+  // never split): S ranges take S T heads (256 + 2) floats.
+  float* work = nullptr;
+  size_t work_floats = 0;
 };
 cudaError_t attn_flash(const FlashArgs& a, cudaStream_t st);
+// The work area under which attn_flash splits as far as it would at any T.
+size_t flash_work_floats(int heads, int kv_heads);
 
 }  // namespace tern::cuda
