@@ -39,6 +39,8 @@ for bn in 0 16 32 64; do
 done
 echo "prefill path for short calls (--prefill-step-below 1):"
 timeout 40 $B --prefill 8,16,32,64,128 --prefill-step-below 1 --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
+echo "weight tiles of 128 rows (--gemm-bm 128):"
+timeout 40 $B --prefill 32,256,1024 --gemm-bm 128 --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
 timeout 40 $B --prefill 32,256 --repeat 1 --split >$OUT/prefill-split-short.log 2>&1
 grep -E 'split at' $OUT/prefill-split-short.log | cut -c1-400
 fi

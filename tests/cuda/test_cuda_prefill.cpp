@@ -136,7 +136,7 @@ TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadCuts) {
   EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{9, 9}), Error);
   EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{501}), Error);
   EXPECT_THROW(gpu.set_prefill_options({.chunk = 0}), Error);
-  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 32}), Error);
+  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 48}), Error);
 }
 
 }  // namespace

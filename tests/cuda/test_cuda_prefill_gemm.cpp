@@ -140,40 +140,45 @@ struct GemmCase {
   bool tiles;
   int bn, bm;
   cuda::GemmOut out;
+  bool split = false;  // a work area: few blocks split K
 };
 
 class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
 // The router GEMM (8-bit weights, fp32) against a host sum in the kernel's
 // own order (each logit one fmaf chain over k, the weights dequantised as
-// s * q + b): equal bits, for the 16 x 16 tiles (up to 512 tokens) and the
-// 64 x 64 ones, at chunk edges and a single token.
+// s * q + b): equal bits, for the 16 x 16 tiles (up to 512 tokens; K steps of
+// 256, or 64 where K is not a multiple of 256) and the 64 x 64 ones, at chunk
+// edges and a single token.
 TEST(PrefillRouter, MatchesTheSequentialSum) {
   TERN_REQUIRE_GPU();
   std::mt19937 g(23);
-  const int rows = 257, K = 2048;
-  TestMat W(rows, K, 8, g, 0.05f);
-  for (int T : {1, 15, 16, 17, 300, 1025}) {
-    const auto x = randn(size_t(T) * K, g);
-    auto dx = to_dev(x);
-    auto dl = to_dev(std::vector<float>(size_t(T) * rows, 0.0f));
-    ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, dl.get(), nullptr), cudaSuccess);
-    const auto got = to_host(dl.get(), size_t(T) * rows);
-    const size_t words = K / 4, groups = K / 64;
-    int mismatches = 0;
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (int k = 0; k < K; ++k) {
-          const uint32_t w = W.qb.packed[size_t(r) * words + k / 4];
-          const float sc = bf16_to_f32(W.qb.scales[size_t(r) * groups + k / 64]);
-          const float bi = bf16_to_f32(W.qb.biases[size_t(r) * groups + k / 64]);
-          const float q = sc * float((w >> (8 * (k % 4))) & 0xFFu) + bi;
-          acc = std::fma(x[size_t(t) * K + k], q, acc);
+  const int rows = 257;
+  for (auto [K, Ts] : {std::pair{2048, std::vector<int>{1, 15, 16, 17, 300, 1025}},
+                       std::pair{192, std::vector<int>{17, 520}}}) {
+    TestMat W(rows, K, 8, g, 0.05f);
+    for (int T : Ts) {
+      const auto x = randn(size_t(T) * K, g);
+      auto dx = to_dev(x);
+      auto dl = to_dev(std::vector<float>(size_t(T) * rows, 0.0f));
+      ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, dl.get(), nullptr), cudaSuccess);
+      const auto got = to_host(dl.get(), size_t(T) * rows);
+      const size_t words = size_t(K) / 4, groups = size_t(K) / 64;
+      int mismatches = 0;
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < rows; ++r) {
+          float acc = 0.0f;
+          for (int k = 0; k < K; ++k) {
+            const uint32_t w = W.qb.packed[size_t(r) * words + size_t(k) / 4];
+            const float sc = bf16_to_f32(W.qb.scales[size_t(r) * groups + size_t(k) / 64]);
+            const float bi = bf16_to_f32(W.qb.biases[size_t(r) * groups + size_t(k) / 64]);
+            const float q = sc * float((w >> (8 * (k % 4))) & 0xFFu) + bi;
+            acc = std::fma(x[size_t(t) * K + k], q, acc);
+          }
+          mismatches += got[size_t(t) * rows + r] != acc;
         }
-        mismatches += got[size_t(t) * rows + r] != acc;
-      }
-    EXPECT_EQ(mismatches, 0) << T << " tokens";
+      EXPECT_EQ(mismatches, 0) << T << " tokens, K " << K;
+    }
   }
 }
 
@@ -204,6 +209,8 @@ TEST_P(PrefillGemm, MatchesCpuMatmul) {
   a.W = M.dev, a.group_rows = p.rows, a.x = s.x.get(), a.xscale = s.scale.get(), a.n = p.n;
   a.out = p.out, a.y = y.get(), a.ldy = p.rows, a.row_w = dw.get(), a.bn = p.bn;
   a.bm = p.bm;
+  auto work = to_dev(std::vector<float>(p.split ? cuda::gemm_work_floats() : 1, NAN));
+  if (p.split) a.work = work.get(), a.work_floats = cuda::gemm_work_floats();
   ASSERT_EQ(cuda::prefill_gemm(a, nullptr), cudaSuccess);
   const auto got = to_host(y.get(), ref.size());
   EXPECT_LE(max_diff(got, want), 1e-3f * max_abs(ref));
@@ -228,7 +235,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
                                            GemmCase{272, 2048, 45, true, 16, 128, O::store},
                                            GemmCase{300, 2048, 70, true, 32, 256, O::weighted},
                                            GemmCase{40, 192, 33, false, 16, 256, O::store},
-                                           GemmCase{100, 64, 29, false, 32, 128, O::add}));
+                                           GemmCase{100, 64, 29, false, 32, 128, O::add},
+                                           GemmCase{2048, 4096, 32, true, 32, 256, O::add, true},
+                                           GemmCase{272, 2048, 1, true, 16, 256, O::store, true},
+                                           GemmCase{1040, 2048, 7, true, 16, 256, O::add, true},
+                                           GemmCase{200, 1024, 17, false, 16, 128, O::store, true},
+                                           GemmCase{300, 2048, 90, true, 64, 256, O::store, true},
+                                           GemmCase{100, 64, 29, false, 32, 128, O::add, true}));
 
 // The MoE of T tokens from given router logits: route_tokens, the grouped
 // gate/up (SwiGLU) and down (routing weights) GEMMs and the combine, against

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/prefill_buffers.h"
+#include "backends/cuda/snapshot_pool.h"
 #include "backends/cuda/step_kernels.h"
 #include "core/error.h"
 
@@ -79,6 +80,7 @@ float* CudaBackend::buf(size_t n) {
 void CudaBackend::init() {
   const ModelConfig& c = w_->cfg;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  snapshots_ = std::make_shared<SnapshotPool>();
   const size_t proj = std::max(size_t(c.conv_channels() + c.lin_value_dim() + 2 * c.lin_v_heads),
                                size_t(2 * c.n_heads + 2 * c.n_kv_heads) * kHeadDim);
   h_ = buf(size_t(c.hidden));
@@ -486,13 +488,14 @@ void CudaBackend::set_length(Sequence& seq, int64_t length) {
 
 namespace {
 
-// GDN state on the device, owned (a snapshot).
+// GDN state on the device, owned (a snapshot): one pool block.
 struct CudaState : SequenceState {
   std::vector<float*> S, conv;  // per layer, null for attention layers
+  std::shared_ptr<SnapshotPool> pool;
+  void* block = nullptr;
   size_t bytes_ = 0;
   ~CudaState() override {
-    for (float* p : S) cudaFree(p);
-    for (float* p : conv) cudaFree(p);
+    if (block != nullptr) pool->give(block);
   }
   size_t bytes() const override { return bytes_; }
   void set_length(int64_t n) { length_ = n; }
@@ -523,11 +526,15 @@ std::unique_ptr<SequenceState> CudaBackend::save(const Sequence& seq) {
   st->conv.assign(s.conv.size(), nullptr);
   const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim * sizeof(float);
   const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels() * sizeof(float);
+  st->bytes_ = size_t(c.n_linear_layers()) * (nS + nc);
+  st->pool = snapshots_;
+  st->block = snapshots_->take(std::max<size_t>(st->bytes_, 1));
+  auto* at = static_cast<uint8_t*>(st->block);
   for (size_t i = 0; i < s.S.size(); ++i) {
     if (s.S[i] == nullptr) continue;
-    check(cudaMalloc(&st->S[i], nS), "snapshot");
-    check(cudaMalloc(&st->conv[i], nc), "snapshot");
-    st->bytes_ += nS + nc;
+    st->S[i] = reinterpret_cast<float*>(at);
+    st->conv[i] = reinterpret_cast<float*>(at + nS);
+    at += nS + nc;
   }
   copy_state(s.S, s.conv, st->S, st->conv);
   check(cudaStreamSynchronize(stream_), "snapshot");

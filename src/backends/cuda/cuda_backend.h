@@ -22,6 +22,8 @@
 
 namespace tern::cuda {
 
+struct SnapshotPool;  // snapshot_pool.h
+
 // A captured decode step, valid for its attention split tier.
 struct StepGraph {
   cudaGraphExec_t exec = nullptr;
@@ -167,6 +169,7 @@ class CudaBackend : public Backend {
   float* buf(size_t n);
 
   std::unique_ptr<DeviceWeights> w_;
+  std::shared_ptr<SnapshotPool> snapshots_;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> bufs_;
   float *h_, *a_, *proj_, *convout_, *gdn_y_, *part_, *attn_, *rlogits_, *wts_, *act_, *logits_,

@@ -14,6 +14,8 @@
 // alpha S^T q + (k.q) u, the updated state's read), reduced over the 8 row
 // groups by shuffles. Tokens come through shared memory 32 at a time,
 // double-buffered by cp.async.
+#include <algorithm>
+
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/prefill_kernels.h"
 
@@ -27,17 +29,18 @@ __device__ __forceinline__ float silu_exact(float x) {
   return x / (1.0f + expf(-x));
 }
 
-// gdn_prep: block (tokens 16 tb .. 16 tb + 15, channel units 256 ub ..):
+// gdn_prep: block (tokens tpb tb .. tpb tb + tpb - 1, channel units 256 ub ..):
 // thread u keeps its 8 channels' conv weights and the last kernel - 1 input
 // rows in registers and walks the block's tokens (the weights were read once
-// a token before: 8 KB of L2 traffic a token and unit block).
+// a token before: 8 KB of L2 traffic a token and unit block). tpb is 16, or
+// fewer where a short chunk would leave SMs idle (8 blocks at 32 tokens).
 constexpr int kPrepThreads = 256, kPrepTokens = 16, kMaxKernel = 4;
 
-__global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a) {
+__global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a, int tpb) {
   const int Hk = a.k_heads, Hv = a.v_heads, tid = int(threadIdx.x);
   const int C = 2 * Hk * kD + Hv * kD, nu = C / 8, qk_units = Hk * kD / 8;
   const int u = int(blockIdx.y) * kPrepThreads + tid, H = a.kernel - 1;
-  const int t0 = int(blockIdx.x) * kPrepTokens, t1 = min(a.T, t0 + kPrepTokens);
+  const int t0 = int(blockIdx.x) * tpb, t1 = min(a.T, t0 + tpb);
   const bool on = u < nu;
   float w[8][kMaxKernel] = {}, win[kMaxKernel][8] = {};  // win[j]: input row t - H + j
   if (on) {
@@ -210,8 +213,10 @@ cudaError_t gdn_prep(const GdnPrepArgs& a, cudaStream_t st) {
   if (C % (8 * 16) != 0 || a.ld % 4 != 0 || a.kernel < 1 || a.kernel > kMaxKernel)
     return cudaErrorInvalidValue;
   if (a.T <= 0) return cudaSuccess;
-  const dim3 grid((a.T + kPrepTokens - 1) / kPrepTokens, (C / 8 + kPrepThreads - 1) / kPrepThreads);
-  prep_kernel<<<grid, kPrepThreads, 0, st>>>(a);
+  const int units = (C / 8 + kPrepThreads - 1) / kPrepThreads;
+  const int tpb = std::clamp(a.T * units / (2 * sm_count()), 1, kPrepTokens);
+  const dim3 grid((a.T + tpb - 1) / tpb, units);
+  prep_kernel<<<grid, kPrepThreads, 0, st>>>(a, tpb);
   return cudaGetLastError();
 }
 

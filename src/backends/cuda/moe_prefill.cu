@@ -19,14 +19,16 @@ namespace {
 
 // Router GEMM: a block takes kTok tokens by kRows router rows (16 x 16 for
 // chunks up to 512 tokens, whose few 64 x 64 blocks left most SMs idle: 187
-// us a layer at 256 tokens; 64 x 64 above), K in steps of one group, the next
+// us a layer at 256 tokens; 64 x 64 above), K in steps of kRK (one group for
+// 64 x 64; four for 16 x 16, whose short sums per step did not cover the
+// loads' latency: 40 us a layer at 32 tokens with steps of 64), the next
 // step's words and activations loaded into registers while the current one is
 // summed. Thread (tx, ty) sums rows kRows / 16 tx.. by tokens kTok / 16 ty..,
 // both operands stored k-major in shared memory. Every logit is one thread's
 // fmaf chain over k in order, whatever the tile.
-constexpr int kRK = 64, kRThreads = 256;
+constexpr int kRThreads = 256;
 
-template <int kTok, int kRows>
+template <int kTok, int kRows, int kRK>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
   constexpr int kTokPer = kTok / 16, kRowPer = kRows / 16;  // a thread's tokens, rows
@@ -47,7 +49,7 @@ __global__ void __launch_bounds__(kRThreads)
     for (int n = 0; n < kWN; ++n) {
       const int i = tid + n * kRThreads, R = r0 + i / (kRK / 4), wq = i % (kRK / 4);
       wr[n] = R < W.rows ? W.w[size_t(R) * wpr + k0 / 4 + wq] : 0u;
-      sbr[n] = R < W.rows ? W.sb[size_t(R) * gpr + k0 / kGroup] : 0u;
+      sbr[n] = R < W.rows ? W.sb[size_t(R) * gpr + (k0 + 4 * wq) / kGroup] : 0u;
     }
   };
   // Weights dequantised as the CPU does (rows past the matrix are zero).
@@ -189,15 +191,17 @@ __global__ void combine_kernel(const float* y, const int* token_slot, int T, int
 }  // namespace
 
 cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st) {
-  if (W.bits != 8 || W.w == nullptr || W.cols % kRK != 0) return cudaErrorInvalidValue;
+  if (W.bits != 8 || W.w == nullptr || W.cols % kGroup != 0) return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
   auto blocks = [&](int rows, int tok) {
     return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok));
   };
-  if (T <= 512)
-    router_kernel<16, 16><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
+  if (T <= 512 && W.cols % 256 == 0)
+    router_kernel<16, 16, 256><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
+  else if (T <= 512)
+    router_kernel<16, 16, 64><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
   else
-    router_kernel<64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
+    router_kernel<64, 64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 

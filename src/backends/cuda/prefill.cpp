@@ -122,6 +122,8 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
     b->flash_floats = flash_work_floats(c.n_heads, c.n_kv_heads);
     alloc(b->flash_work, b->flash_floats);
   }
+  b->gemm_floats = gemm_work_floats();
+  alloc(b->gemm_work, b->gemm_floats);
   alloc(b->rlogits, t * (E + 1));
   alloc(b->counts, E + 1);
   check(cudaMemsetAsync(b->counts, 0, (E + 1) * sizeof(int), stream_), "counts");
@@ -226,6 +228,7 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
     GemmArgs g;
     g.W = M, g.group_rows = M.rows, g.x = b.x16, g.xscale = b.xscale, g.n = T, g.out = out;
     g.y = y, g.ldy = ldy, g.bn = dense_bn, g.bm = popt_.gemm_bm;
+    g.work = b.gemm_work, g.work_floats = b.gemm_floats;
     check(prefill_gemm(g, st), "prefill dense GEMM");
     mark(PrefillPhase::dense_gemm, what);
   };

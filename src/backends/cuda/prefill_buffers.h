@@ -26,6 +26,8 @@ struct CudaBackend::PrefillBuffers {
   uint16_t* q16 = nullptr;      // [H][T][256]
   float* flash_work = nullptr;  // attention's split-key sums (flash_work_floats)
   size_t flash_floats = 0;
+  float* gemm_work = nullptr;  // dense GEMMs' split-K parts (gemm_work_floats)
+  size_t gemm_floats = 0;
   float* rlogits = nullptr;  // [T][E + 1]
   int *counts = nullptr, *offsets = nullptr, *cursor = nullptr, *ids = nullptr;
   float* wts = nullptr;

@@ -198,10 +198,13 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   __syncthreads();
   const Loader<BM, BN, kTiled> ld(a, b, brow);
 
-  const int rounds = (K + kTileRound - 1) / kTileRound;
+  // Split K (gridDim.z > 1, dense GEMMs of few blocks): this block's rounds.
+  const int all_rounds = (K + kTileRound - 1) / kTileRound, split = int(gridDim.z);
+  const int per = (all_rounds + split - 1) / split, rb = int(blockIdx.z) * per;
+  const int rounds = max(0, min(all_rounds, rb + per) - rb);
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < rounds) ld.load(a, smem + s * C::kStage, s, arow);
+    if (s < rounds) ld.load(a, smem + s * C::kStage, rb + s, arow);
     cp_async_commit();
   }
 
@@ -213,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
     __syncthreads();
     {
       const int next = r + C::kStages - 1;
-      if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, next, arow);
+      if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, rb + next, arow);
       cp_async_commit();
     }
     const uint8_t* st = smem + (r % C::kStages) * C::kStage;
@@ -260,6 +263,12 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
         if (jj >= b.rows) continue;
         const int slot = b.row0 + jj;
         const float sc = bscale[jj], v0 = acc[ts][j][e] * sc, v8 = acc[ts][j][2 + e] * sc;
+        if (split > 1) {  // the K range's part, summed by split_reduce_kernel
+          float* w = a.work + (size_t(blockIdx.z) * a.n + slot) * a.group_rows;
+          if (m < a.group_rows) w[m] = v0;
+          if (m + 8 < a.group_rows) w[m + 8] = v8;
+          continue;
+        }
         if constexpr (OUT == GemmOut::swiglu) {
           const int f = m16 / 2 + g, I = a.group_rows / 2;
           if (f < I) {
@@ -286,18 +295,47 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   }
 }
 
+// The K-split parts in order (deterministic: no atomics), stored or added.
+template <GemmOut OUT>
+__global__ void split_reduce_kernel(GemmArgs a, int split) {
+  const int m = int(blockIdx.x * blockDim.x + threadIdx.x), slot = int(blockIdx.y);
+  if (m >= a.group_rows) return;
+  float v = 0.0f;
+  for (int z = 0; z < split; ++z) v += a.work[(size_t(z) * a.n + slot) * a.group_rows + m];
+  float& y = a.y[size_t(slot) * a.ldy + m];
+  y = OUT == GemmOut::add ? y + v : v;
+}
+
+// K splits for a dense GEMM whose blocks leave SMs idle (an out_proj of 2048
+// rows at 32 tokens: 8 blocks walking K = 4096): about two blocks an SM, each
+// of at least 2 rounds, within the work area.
+template <GemmOut OUT>
+int k_splits(const GemmArgs& a, int blocks) {
+  if (OUT == GemmOut::swiglu || OUT == GemmOut::weighted || a.map != nullptr || a.work == nullptr ||
+      blocks >= sm_count())
+    return 1;
+  const int rounds = (a.W.cols + kTileRound - 1) / kTileRound;
+  const size_t fit = a.work_floats / (size_t(a.n) * size_t(a.group_rows));
+  const int want = (2 * sm_count() + blocks - 1) / blocks;
+  return std::max(1, std::min({want, rounds / 2, int(std::min<size_t>(fit, 64))}));
+}
+
 template <int BM, int BN, GemmOut OUT, bool kTiled>
 cudaError_t launch(const GemmArgs& a, cudaStream_t st) {
   using C = Cfg<BM, BN>;
-  const dim3 grid((a.group_rows + BM - 1) / BM,
-                  a.map != nullptr ? a.max_tiles : (a.n + BN - 1) / BN);
+  dim3 grid((a.group_rows + BM - 1) / BM, a.map != nullptr ? a.max_tiles : (a.n + BN - 1) / BN);
   if (grid.y == 0) return cudaSuccess;
+  grid.z = unsigned(k_splits<OUT>(a, int(grid.x * grid.y)));
   auto* k = gemm_kernel<BM, BN, OUT, kTiled>;
   if (cudaError_t e =
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
       e != cudaSuccess)
     return e;
   k<<<grid, kThreads, C::kSmem, st>>>(a);
+  if (grid.z == 1) return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  split_reduce_kernel<OUT>
+      <<<dim3(unsigned((a.group_rows + 255) / 256), unsigned(a.n)), 256, 0, st>>>(a, int(grid.z));
   return cudaGetLastError();
 }
 
@@ -336,6 +374,10 @@ cudaError_t launch_shape(const GemmArgs& a, cudaStream_t st) {
 }
 
 }  // namespace
+
+size_t gemm_work_floats() {
+  return 3 * size_t(sm_count()) * 256 * 64;
+}
 
 bool prefill_gemm_takes(const DMat& W) {
   const bool tiles = W.tiles != nullptr && tileable(W);

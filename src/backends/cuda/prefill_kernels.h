@@ -89,7 +89,13 @@ struct GemmArgs {
   const float* row_w = nullptr;  // weighted: per slot
   int bn = 128;                  // 16, 32, 64 or 128 staged rows a block
   int bm = 256;                  // 128 or 256 weight rows a block
+  // Dense store/add GEMMs of few blocks split K into parts summed in order
+  // here (null: never split): S parts take S n group_rows floats.
+  float* work = nullptr;
+  size_t work_floats = 0;
 };
+// A work area that takes the splits of any dense GEMM with tiles up to 64 wide.
+size_t gemm_work_floats();
 constexpr bool gemm_bn_valid(int bn) {
   return bn == 16 || bn == 32 || bn == 64 || bn == 128;
 }
