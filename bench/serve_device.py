@@ -34,9 +34,9 @@ def text_of(n_words, seed):
 
 
 class Server:
-    def __init__(self, tern, tokenizer):
+    def __init__(self, tern, tokenizer, source):
         self.proc = subprocess.Popen(
-            [tern, "serve", "--dummy", "35b-a3b", "--backend", "cuda", "--tokenizer", tokenizer,
+            [tern, "serve", *source.split(), "--tokenizer", tokenizer,
              "--port", "0", "--ctx-size", "40000"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log = []
@@ -103,8 +103,10 @@ def main():
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--json", default="")
     ap.add_argument("--rev", default="")
+    ap.add_argument("--source", default="--dummy 35b-a3b --backend cuda",
+                    help="the model and backend flags of tern serve")
     a = ap.parse_args()
-    s = Server(a.tern, a.tokenizer)
+    s = Server(a.tern, a.tokenizer, a.source)
     out = {"rev": a.rev, "sessions": []}
     try:
         s.chat([{"role": "user", "content": "warm up"}], 8)
@@ -143,7 +145,8 @@ def main():
         print(json.dumps(d), flush=True)
     finally:
         s.stop()
-    out["server_log_tail"] = [l.rstrip() for l in s.log[-5:]]
+    # Every request's log line: the engine's own time to first token beside the client's.
+    out["server_requests"] = [l.rstrip() for l in s.log if " request id=" in l]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)

@@ -147,9 +147,8 @@ class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
 // The router GEMM (8-bit weights, fp32) against a host sum in the kernel's
 // own order (each logit one fmaf chain over k, the weights dequantised as
-// s * q + b): equal bits, for the 16 x 16 tiles (up to 512 tokens; K steps of
-// 256, or 64 where K is not a multiple of 256) and the 64 x 64 ones, at chunk
-// edges and a single token.
+// s * q + b): equal bits, for the 16 x 16 tiles (up to 512 tokens) and the
+// 64 x 64 ones, at chunk edges, a single token and a short K.
 TEST(PrefillRouter, MatchesTheSequentialSum) {
   TERN_REQUIRE_GPU();
   std::mt19937 g(23);

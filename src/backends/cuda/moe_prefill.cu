@@ -19,16 +19,16 @@ namespace {
 
 // Router GEMM: a block takes kTok tokens by kRows router rows (16 x 16 for
 // chunks up to 512 tokens, whose few 64 x 64 blocks left most SMs idle: 187
-// us a layer at 256 tokens; 64 x 64 above), K in steps of kRK (one group for
-// 64 x 64; four for 16 x 16, whose short sums per step did not cover the
-// loads' latency: 40 us a layer at 32 tokens with steps of 64), the next
+// us a layer at 256 tokens; 64 x 64 above), K in steps of one group (steps
+// of 256 for 16 x 16 measured slower: 110 against 83 us a layer at 256
+// tokens, bench/results af6b5ec), the next
 // step's words and activations loaded into registers while the current one is
 // summed. Thread (tx, ty) sums rows kRows / 16 tx.. by tokens kTok / 16 ty..,
 // both operands stored k-major in shared memory. Every logit is one thread's
 // fmaf chain over k in order, whatever the tile.
-constexpr int kRThreads = 256;
+constexpr int kRK = 64, kRThreads = 256;
 
-template <int kTok, int kRows, int kRK>
+template <int kTok, int kRows>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
   constexpr int kTokPer = kTok / 16, kRowPer = kRows / 16;  // a thread's tokens, rows
@@ -196,12 +196,10 @@ cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits,
   auto blocks = [&](int rows, int tok) {
     return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok));
   };
-  if (T <= 512 && W.cols % 256 == 0)
-    router_kernel<16, 16, 256><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
-  else if (T <= 512)
-    router_kernel<16, 16, 64><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
+  if (T <= 512)
+    router_kernel<16, 16><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
   else
-    router_kernel<64, 64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
+    router_kernel<64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 
