@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -22,18 +24,26 @@ inline std::string scratch_dir(const std::string& name) {
   return p.string();
 }
 
-// A tiny random checkpoint (written once per process and name).
+// A tiny random checkpoint, shared by the test processes: written into a
+// folder of this process' own and renamed into place whole, so that a test
+// running beside the writer (ctest -j) never reads a half-written one.
 inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
   const std::string name =
       std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") + std::to_string(seed);
   auto p = std::filesystem::path(testing::TempDir()) / ("tern_ckpt_" + name);
   if (!std::filesystem::exists(p / "config.json")) {
+    std::string tmp = p.string();
+    tmp.append(".").append(std::to_string(::getpid()));
+    std::filesystem::remove_all(tmp);
     DummyOptions o;
     o.preset = "tiny";
     o.layout = layout;
     o.seed = seed;
-    o.out_dir = p.string();
+    o.out_dir = tmp;
     make_dummy(o);
+    std::error_code ec;
+    std::filesystem::rename(tmp, p, ec);  // another process may have won: keep its folder
+    if (ec) std::filesystem::remove_all(tmp);
   }
   return p.string();
 }
