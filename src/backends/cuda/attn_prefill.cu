@@ -292,17 +292,15 @@ __global__ void __launch_bounds__(kD) combine_kernel(FlashArgs a, int S) {
   a.out[row * kD + threadIdx.x] = sum / l;
 }
 
-// Ranges for a call: one unless the call's blocks leave SMs idle; then enough
-// for about two blocks an SM, each of at least 4 tiles, within the work area.
-// S T <= (2 sms / blocks + 1) T with blocks >= T kv_heads / TB, and T < sms TB
-// / kv_heads where it splits: flash_work_floats' 3 sms TB / kv_heads rows.
+// Ranges for a call (fill_splits), each of at least 4 tiles, within the work
+// area. S T <= (2 sms / blocks + 1) T with blocks >= T kv_heads / TB, and T <
+// sms TB / kv_heads where it splits: flash_work_floats' 3 sms TB / kv_heads rows.
 int flash_splits(const FlashArgs& a) {
+  if (a.work == nullptr) return 1;
   const int G = a.heads / a.kv_heads, blocks = (a.T + kRows / G - 1) / (kRows / G) * a.kv_heads;
-  const int tiles = (a.pos0 + a.T - 1) / kKeys + 1, sms = sm_count();
-  if (a.work == nullptr || blocks >= sms) return 1;
-  const size_t per_split = size_t(a.T) * a.heads * (kD + 2);
-  const int fit = int(std::min<size_t>(64, a.work_floats / per_split));
-  return std::max(1, std::min({(2 * sms + blocks - 1) / blocks, tiles / 4, fit}));
+  const int tiles = (a.pos0 + a.T - 1) / kKeys + 1;
+  const size_t fit = a.work_floats / (size_t(a.T) * a.heads * (kD + 2));
+  return fill_splits(blocks, std::min(tiles / 4, int(std::min<size_t>(fit, 64))));
 }
 
 }  // namespace

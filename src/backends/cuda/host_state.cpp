@@ -1,6 +1,8 @@
 // Host-side state of the CUDA kernels' launchers: the device's SM count
-// (queried once; a failed query is an error, not a silent 0) and the path
+// (queried once; a failed query is an error, not a silent 0), the split
+// policy of launches too small to fill it, and the path
 // counters (kernels.h's KernelPath), touched once per launch.
+#include <algorithm>
 #include <array>
 #include <atomic>
 
@@ -18,6 +20,12 @@ int sm_count() {
     return n;
   }();
   return sms;
+}
+
+int fill_splits(int blocks, int most) {
+  const int sms = sm_count();
+  if (blocks >= sms) return 1;
+  return std::max(1, std::min((2 * sms + blocks - 1) / std::max(1, blocks), most));
 }
 
 namespace {

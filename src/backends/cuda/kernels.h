@@ -292,6 +292,10 @@ void note_path(KernelPath p);
 // The current device's SM count (queried once; throws tern::Error if the
 // query fails).
 int sm_count();
+// Parts to cut a launch of `blocks` blocks into so that it fills the GPU: 1
+// when the blocks already cover every SM, else about two blocks an SM, at
+// most `most` (the work's own limits: its length, the scratch it may use).
+int fill_splits(int blocks, int most);
 // Launches of each path since the last reset (KernelPath order).
 std::vector<long> path_counts();
 void reset_path_counts();

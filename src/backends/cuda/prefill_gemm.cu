@@ -307,17 +307,15 @@ __global__ void split_reduce_kernel(GemmArgs a, int split) {
 }
 
 // K splits for a dense GEMM whose blocks leave SMs idle (an out_proj of 2048
-// rows at 32 tokens: 8 blocks walking K = 4096): about two blocks an SM, each
-// of at least 2 rounds, within the work area.
+// rows at 32 tokens: 8 blocks walking K = 4096; fill_splits), each of at least
+// 2 rounds, within the work area.
 template <GemmOut OUT>
 int k_splits(const GemmArgs& a, int blocks) {
-  if (OUT == GemmOut::swiglu || OUT == GemmOut::weighted || a.map != nullptr || a.work == nullptr ||
-      blocks >= sm_count())
+  if (OUT == GemmOut::swiglu || OUT == GemmOut::weighted || a.map != nullptr || a.work == nullptr)
     return 1;
   const int rounds = (a.W.cols + kTileRound - 1) / kTileRound;
   const size_t fit = a.work_floats / (size_t(a.n) * size_t(a.group_rows));
-  const int want = (2 * sm_count() + blocks - 1) / blocks;
-  return std::max(1, std::min({want, rounds / 2, int(std::min<size_t>(fit, 64))}));
+  return fill_splits(blocks, std::min(rounds / 2, int(std::min<size_t>(fit, 64))));
 }
 
 template <int BM, int BN, GemmOut OUT, bool kTiled>
