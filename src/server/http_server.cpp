@@ -204,12 +204,11 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   if (!stream) {
     for (;;) {
       auto e = job->next(kPoll);
-      if (!e) {
+      if (!e || e->delta) {
+        if (e) w->delta(*e->delta);
+        // After every token too: a model faster than the poll never leaves the
+        // queue idle, and a gone client must still cancel within one step.
         if (!peer->alive()) job->cancel();
-        continue;
-      }
-      if (e->delta) {
-        w->delta(*e->delta);
         continue;
       }
       if (!e->error.empty()) throw ApiError(500, e->error);
