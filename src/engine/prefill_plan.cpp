@@ -33,12 +33,20 @@ PrefillPlan plan_prefill(std::span<const int32_t> prompt, const PrefillPolicy& p
       plan.generation_start = last;
     }
   }
-  if (p.chunk > 0)
-    for (int64_t i = p.chunk; i < end; i += p.chunk) add(i, false);
   if (p.snapshot_every > 0)
     for (int64_t i = p.snapshot_every; i < end; i += p.snapshot_every) add(i, true);
   add(end, true);
-  for (const auto& [pos, snap] : at) plan.stops.push_back({pos, snap});
+  // Chunk stops count from the stop before them, not from 0: a turn's few
+  // new tokens then run as one call instead of being cut wherever a multiple
+  // of the chunk falls. Still a function of the prefix alone: a gap's start
+  // is, and a gap ends at a stop that both prompts of a restore share.
+  int64_t from = 0;
+  for (const auto& [pos, snap] : at) {
+    if (p.chunk > 0)
+      for (int64_t i = from + p.chunk; i < pos; i += p.chunk) plan.stops.push_back({i, false});
+    plan.stops.push_back({pos, snap});
+    from = pos;
+  }
   return plan;
 }
 

@@ -35,8 +35,9 @@ struct PrefillPolicy {
 
 // The plan for prefilling prompt[0, n - 1) (generate() feeds the last token):
 // stops at every message start (a snapshot at user turns and at the last
-// one, the generation prompt), every chunk and every snapshot_every tokens
-// (counted from 0), and at n - 1 (a snapshot: an exact repeat reuses it).
+// one, the generation prompt), every snapshot_every tokens (counted from 0),
+// at n - 1 (a snapshot: an exact repeat reuses it), and every chunk tokens
+// after each of those stops where the gap to the next is longer.
 PrefillPlan plan_prefill(std::span<const int32_t> prompt, const PrefillPolicy& p);
 
 }  // namespace tern
