@@ -246,7 +246,7 @@ TEST_P(FastKernels, DeltaRuleFormsMatchTheReference) {
 }
 
 // Causal attention of 8 query heads on one KV head (the model's GQA group of
-// head dim 256, and an odd one), the keys in ranges merged as the attention
+// head dim 256, the tiny dummy's 2, and an odd one), the keys in ranges merged as the attention
 // layer merges them, against a double softmax over the visible keys: 1e-5.
 TEST_P(FastKernels, AttentionMatchesADirectSoftmax) {
   struct Case {
@@ -254,7 +254,8 @@ TEST_P(FastKernels, AttentionMatchesADirectSoftmax) {
     int64_t nq, pos0, splits;
   };
   for (const Case& cs : {Case{8, 256, 1, 0, 1}, Case{8, 256, 1, 300, 3}, Case{8, 256, 17, 0, 1},
-                         Case{8, 256, 5, 70, 2}, Case{3, 40, 9, 130, 4}}) {
+                         Case{8, 256, 5, 70, 2}, Case{3, 40, 9, 130, 4}, Case{2, 256, 16, 200, 1},
+                         Case{2, 256, 3, 90, 2}}) {
     const int64_t n_keys = cs.pos0 + cs.nq, hd = cs.hd, H = cs.heads;
     const std::vector<float> q = test::random_vector(size_t(cs.nq * H * hd), 1, 0.2f);
     const std::vector<float> kk = test::random_vector(size_t(n_keys * hd), 2);
@@ -262,7 +263,7 @@ TEST_P(FastKernels, AttentionMatchesADirectSoftmax) {
     const float scale = 1.0f / std::sqrt(float(hd));
     const size_t rows = size_t(cs.nq * H);
     std::vector<float> m(rows * size_t(cs.splits)), l(m.size()), o(m.size() * size_t(hd)),
-        scratch(attn_scratch_floats(H, cs.nq));
+        scratch(attn_scratch_floats(H, cs.nq, cs.hd));
     const int64_t per = (n_keys + cs.splits - 1) / cs.splits;
     for (int64_t s = 0; s < cs.splits; ++s)
       k().attention({q.data(), H * hd, hd, cs.heads, cs.hd, cs.nq, cs.pos0, kk.data(), v.data(), hd,

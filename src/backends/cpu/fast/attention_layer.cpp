@@ -73,7 +73,7 @@ void AttentionLayer::forward(Context& ctx, const ModelConfig& c, const AttnWeigh
                           std::min(n_keys, (s + 1) * per_split)});
   const size_t rows = size_t(qb * group), part = rows * size_t(hd + 2);
   float* parts = grow(part_, items_.size() * part);
-  scratch_.reserve(ctx.pool.size(), attn_scratch_floats(int(group), qb));
+  scratch_.reserve(ctx.pool.size(), attn_scratch_floats(int(group), qb, int(hd)));
   const float scale = 1.0f / std::sqrt(float(hd));
   ctx.pool.run(items_.size(), [&](size_t i, int thread) {
     const Item& it = items_[i];

@@ -96,12 +96,13 @@ struct AttnArgs {
   int64_t kv_ld, k0, k1;
   float scale;
   float *m, *l, *o;
-  float* scratch;  // attn_scratch_floats(heads, nq) floats
+  float* scratch;  // attn_scratch_floats(heads, nq, hd) floats
 };
 
 constexpr int kAttnKeyBlock = 64;  // keys scored at once
-inline size_t attn_scratch_floats(int heads, int64_t nq) {
-  return size_t(heads) * size_t(nq) * kAttnKeyBlock;
+// The scores of a key block and the queries packed into rows.
+inline size_t attn_scratch_floats(int heads, int64_t nq, int hd) {
+  return size_t(heads) * size_t(nq) * size_t(kAttnKeyBlock + hd);
 }
 
 struct Kernels {

@@ -451,20 +451,25 @@ void delta_chunked(const DeltaArgs& a) {
   }
 }
 
-// Online softmax over key blocks: scores by gemm_nt per query, P V by gemm_nn.
+// Online softmax over key blocks: the queries packed into R = nq x heads rows
+// once, so that each block's scores are one gemm_nt of R rows (a GQA group
+// of 2 heads alone is too few rows for the GEMM's tiles), P V by gemm_nn.
 void attention(const AttnArgs& a) {
   const int64_t R = a.nq * a.heads;
   const int hd = a.hd;
-  float* S = a.scratch;  // [R][kAttnKeyBlock]
+  float* S = a.scratch;              // [R][kAttnKeyBlock]
+  float* Q = S + R * kAttnKeyBlock;  // [R][hd]
+  for (int64_t i = 0; i < a.nq; ++i)
+    for (int h = 0; h < a.heads; ++h)
+      std::copy(a.q + i * a.q_ld + h * a.q_hs, a.q + i * a.q_ld + h * a.q_hs + hd,
+                Q + (i * a.heads + h) * hd);
   std::fill(a.m, a.m + R, -INFINITY);
   std::fill(a.l, a.l + R, 0.0f);
   std::fill(a.o, a.o + R * hd, 0.0f);
   const int64_t last = a.pos0 + a.nq - 1;  // the last query's position
   for (int64_t kb = a.k0; kb < a.k1 && kb <= last; kb += kAttnKeyBlock) {
     const int nk = int(std::min<int64_t>(kAttnKeyBlock, a.k1 - kb));
-    for (int64_t i = 0; i < a.nq; ++i)
-      gemm_nt(a.heads, nk, hd, a.scale, a.q + i * a.q_ld, a.q_hs, a.k + kb * a.kv_ld, a.kv_ld, 0.0f,
-              S + i * a.heads * kAttnKeyBlock, kAttnKeyBlock);
+    gemm_nt(int(R), nk, hd, a.scale, Q, hd, a.k + kb * a.kv_ld, a.kv_ld, 0.0f, S, kAttnKeyBlock);
     for (int64_t i = 0; i < a.nq; ++i) {
       const int64_t visible = std::clamp<int64_t>(a.pos0 + i - kb + 1, 0, nk);
       for (int h = 0; h < a.heads; ++h) {
