@@ -35,7 +35,7 @@ fi
 if has short; then
 for bn in 0 16 32 64; do
   echo "moe-bn $bn:"
-  timeout 40 $B --prefill 256,512,1024,2048 --moe-bn $bn --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
+  timeout 40 $B --prefill 256,512,1024,2048,4096 --moe-bn $bn --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
 done
 echo "prefill path for short calls (--prefill-step-below 1):"
 timeout 40 $B --prefill 8,16,32,64,128 --prefill-step-below 1 --repeat 3 2>&1 | grep -E '^ +[0-9]+ '

@@ -10,7 +10,11 @@
 // By default the vocabulary is warmed up first (grammar::warm_up, timed
 // apart), as a server does while it loads the model; --no-warm-up starts cold.
 //
+// --slow US names every first-request step slower than US microseconds (the
+// text before it), to see which grammar positions make the tail.
+//
 //   grammar_bench [--tokenizer DIR] [--vocab real|padded|both] [--no-warm-up] [--json FILE]
+//                 [--slow US]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -85,15 +89,22 @@ struct Stats {
   }
 };
 
+double slow_us = 0;  // --slow
+
 // Walks the document token by token; each mask is timed and must allow the next token.
 void walk(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::vector<int32_t>& ids,
-          Stats& stats, const std::string& name) {
+          Stats& stats, const std::string& name, bool report_slow) {
   grammar::Matcher m(g);
   std::vector<uint32_t> words((size_t(g->vocab().size()) + 31) / 32);
+  std::string text;
   for (int32_t id : ids) {
     const auto t = Clock::now();
     m.fill_mask(words);
     stats.mask_us.push_back(us_since(t));
+    if (report_slow && slow_us > 0 && stats.mask_us.back() > slow_us)
+      fmt::print("  slow: {} {:.0f}us after ...{:?}\n", name, stats.mask_us.back(),
+                 text.substr(text.size() - std::min<size_t>(text.size(), 40)));
+    text += g->vocab().bytes(id);
     if (!(words[size_t(id) / 32] >> (id % 32) & 1) || !m.accept(id))
       throw std::runtime_error(fmt::format("{}: token {} is not allowed", name, id));
   }
@@ -126,8 +137,8 @@ ojson run(const Tokenizer& tok, bool padded, bool warm, const ojson& cases) {
     const double compile_ms = us_since(t) / 1000;
     compiles.push_back(compile_ms);
     Stats s1, s2;
-    walk(g, ids, s1, name);
-    walk(g, ids, s2, name);
+    walk(g, ids, s1, name, true);
+    walk(g, ids, s2, name, false);
     first.mask_us.insert(first.mask_us.end(), s1.mask_us.begin(), s1.mask_us.end());
     again.mask_us.insert(again.mask_us.end(), s2.mask_us.begin(), s2.mask_us.end());
     fmt::print(
@@ -181,6 +192,8 @@ int main(int argc, char** argv) {
       which = argv[++i];
     else if (i + 1 < argc && a == "--json")
       json_out = argv[++i];
+    else if (i + 1 < argc && a == "--slow")
+      slow_us = std::stod(argv[++i]);
   }
   const Tokenizer tok = Tokenizer::load(tokenizer);
   std::ifstream f(std::string(TERN_SOURCE_DIR) + "/tests/data/grammar/schemas.json");

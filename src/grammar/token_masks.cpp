@@ -70,8 +70,12 @@ class IdCollector {
 // classify() where no rule is called within a token's length of the node:
 // one automaton node per trie depth, no stacks, each with its transitions as
 // a table. A subtree whose bytes all loop on a non-final node is accepted
-// whole without walking it.
-NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, const TokenTrie& trie, int32_t node) {
+// whole without walking it, and where the loop is a large set (a string's
+// characters), so is the run of nodes up to the next byte outside it
+// (Vocab::runs_outside): a string position then visits only the nodes of
+// quotes, escapes and multi-byte characters, not the whole trie.
+NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, int part, int32_t node) {
+  const TokenTrie& trie = vocab.trie(part);
   NodeMasks out;
   IdCollector accepted(vocab.size());
   auto accept_range = [&](int32_t from, int32_t to) {  // the ids of trie nodes [from, to)
@@ -83,6 +87,7 @@ NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, const TokenTrie& tr
   std::vector<int32_t> row(depths * 256);  // its transitions, for row_of[d] == at[d]
   std::vector<int32_t> row_of(depths, -1);
   std::vector<ByteSet> loops(depths);  // the bytes that stay on it
+  std::vector<std::shared_ptr<const std::vector<int32_t>>> runs(depths);  // runs_outside(loops)
   auto table = [&](size_t d) -> const int32_t* {
     int32_t* r = &row[d * 256];
     if (row_of[d] != at[d]) {
@@ -92,6 +97,7 @@ NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, const TokenTrie& tr
         std::fill(r + e.lo, r + e.hi + 1, e.to);
         if (e.to == at[d]) loops[d].add(e.lo, e.hi);
       }
+      runs[d] = pda.nodes[size_t(at[d])].final ? nullptr : vocab.runs_outside(part, loops[d]);
       row_of[d] = at[d];
     }
     return r;
@@ -105,6 +111,15 @@ NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, const TokenTrie& tr
         trie.sets[trie.below[size_t(i)]].subset_of(loops[d - 1])) {
       accept_range(i, trie.end[size_t(i)]);
       i = trie.end[size_t(i)];
+      continue;
+    }
+    if (runs[d - 1] && loops[d - 1].contains(trie.byte[size_t(i)])) {
+      // Nodes [i, j) all stay on at[d - 1]; so do the ancestors of j below depth d.
+      const int32_t j = std::min((*runs[d - 1])[size_t(i)], trie.parent_end[size_t(i)]);
+      accept_range(i, j);
+      if (j < n)
+        for (size_t k = d; k < trie.depth[size_t(j)]; ++k) at[k] = at[d - 1];
+      i = j;
       continue;
     }
     const int32_t to = r[trie.byte[size_t(i)]];
@@ -130,7 +145,7 @@ NodeMasks classify_plain(const Pda& pda, const Vocab& vocab, const TokenTrie& tr
 
 NodeMasks classify(const Pda& pda, const Vocab& vocab, int part, int32_t node, bool plain) {
   const TokenTrie& trie = vocab.trie(part);
-  if (plain) return classify_plain(pda, vocab, trie, node);
+  if (plain) return classify_plain(pda, vocab, part, node);
   Walker w(pda);
   const Pair seed{node, kExit};
   // The node is a stack top already closed by the caller: start from it as is.

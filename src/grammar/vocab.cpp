@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <map>
 #include <numeric>
 
@@ -52,6 +53,9 @@ TokenTrie build_trie(const std::vector<std::string>& bytes, const std::vector<in
     if (!open.empty()) parent[i] = open.back();
     open.push_back(int32_t(i));
   }
+  trie.parent_end.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    trie.parent_end[i] = parent[i] < 0 ? int32_t(n) : trie.end[size_t(parent[i])];
   std::vector<ByteSet> below(n);
   for (size_t i = n; i-- > 0;) {
     below[i].add(trie.byte[i], trie.byte[i]);
@@ -95,6 +99,28 @@ std::optional<int32_t> Vocab::added_token(std::string_view text) const {
   auto it = added_ids_.find(std::string(text));
   if (it == added_ids_.end()) return std::nullopt;
   return it->second;
+}
+
+std::shared_ptr<const std::vector<int32_t>> Vocab::runs_outside(int part,
+                                                                const ByteSet& set) const {
+  int members = 0;
+  for (uint64_t w : set.words()) members += std::popcount(w);
+  if (members < kMinRunSet) return nullptr;
+  const auto key = std::make_pair(part, set.words());
+  {
+    std::lock_guard lock(shared_mutex_);
+    if (auto it = runs_.find(key); it != runs_.end()) return it->second;
+    if (runs_.size() >= size_t(kMaxRunTables)) return nullptr;
+  }
+  const TokenTrie& trie = tries_[size_t(part)];
+  auto next = std::make_shared<std::vector<int32_t>>(trie.size());
+  int32_t after = int32_t(trie.size());
+  for (size_t i = trie.size(); i-- > 0;) {
+    if (!set.contains(trie.byte[i])) after = int32_t(i);
+    (*next)[i] = after;
+  }
+  std::lock_guard lock(shared_mutex_);
+  return runs_.emplace(key, std::move(next)).first->second;
 }
 
 std::shared_ptr<const NodeMasks> Vocab::shared(const ShareKey& key) const {

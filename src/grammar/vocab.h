@@ -9,7 +9,9 @@
 // Vocab also keeps the classifications that grammars share.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +35,8 @@ struct TokenTrie {
   std::vector<ByteSet> sets;
   std::vector<uint16_t> depth;  // 1 for the root's children
   std::vector<int32_t> end;
-  std::vector<int32_t> first;  // size() + 1 entries
+  std::vector<int32_t> parent_end;  // end[] of node i's parent (size() for the root's children)
+  std::vector<int32_t> first;       // size() + 1 entries
   std::vector<int32_t> ids;
   size_t size() const { return byte.size(); }
   bool has_tokens(size_t i) const { return first[i] != first[i + 1]; }
@@ -72,6 +75,14 @@ class Vocab {
   const TokenTrie& trie(int part) const { return tries_[size_t(part)]; }
   static constexpr int kParts = 3;
 
+  // For trie `part` and a large byte set (a string's characters, which an
+  // automaton node loops on): next[i], the first node at or after i whose
+  // byte is not in the set, so a walk can take the run between in one step.
+  // Null for a small set, or once kMaxRunTables sets have been asked for.
+  // Computed on first use, shared.
+  std::shared_ptr<const std::vector<int32_t>> runs_outside(int part, const ByteSet& set) const;
+  static constexpr int kMinRunSet = 64, kMaxRunTables = 16;
+
   // Classifications shared between grammars, by a key naming the automaton
   // they were computed from (token_masks.cpp).
   std::shared_ptr<const NodeMasks> shared(const ShareKey& key) const;
@@ -85,6 +96,9 @@ class Vocab {
   mutable std::mutex shared_mutex_;
   mutable std::unordered_map<ShareKey, std::shared_ptr<const NodeMasks>, ShareKeyHash> shared_;
   mutable size_t shared_bytes_ = 0;
+  mutable std::map<std::pair<int, std::array<uint64_t, 4>>,
+                   std::shared_ptr<const std::vector<int32_t>>>
+      runs_;  // under shared_mutex_
 };
 
 }  // namespace tern::grammar
