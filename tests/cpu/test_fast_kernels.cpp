@@ -96,8 +96,9 @@ struct MatmulShape {
 // (b) the dequantised weights times the fp32 inputs, in double: the int8
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
-  const MatmulShape shapes[] = {{64, 2048, 1}, {64, 2048, 4}, {67, 2048, 9}, {48, 512, 7},
-                                {16, 4096, 2}, {37, 192, 5},  {29, 320, 6},  {17, 64, 3}};
+  const MatmulShape shapes[] = {{64, 2048, 1}, {64, 2048, 4}, {67, 2048, 9},
+                                {48, 512, 7},  {16, 4096, 2}, {37, 192, 5},
+                                {29, 320, 6},  {17, 64, 3},   {33, 1280, 16}};
   for (const MatmulShape& sh : shapes) {
     const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
     std::vector<uint16_t> storage;

@@ -9,8 +9,9 @@
 namespace tern::cpu::fast {
 
 extern const Kernels kPortableKernels;
-#ifdef TERN_CPU_AVX2
+#ifdef TERN_CPU_X86
 extern const Kernels kAvx2Kernels;
+extern const Kernels kAvx512Kernels;
 #endif
 
 const char* isa_name(Isa isa) {
@@ -19,15 +20,21 @@ const char* isa_name(Isa isa) {
       return "portable";
     case Isa::avx2:
       return "avx2";
+    case Isa::avx512:
+      return "avx512";
   }
   return "?";
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> v = {Isa::portable};
-#ifdef TERN_CPU_AVX2
+#ifdef TERN_CPU_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::avx2);
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return v;
+  v.push_back(Isa::avx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    v.push_back(Isa::avx512);
 #endif
   return v;
 }
@@ -43,8 +50,9 @@ Isa default_isa() {
 }
 
 const Kernels& kernels(Isa isa) {
-#ifdef TERN_CPU_AVX2
+#ifdef TERN_CPU_X86
   if (isa == Isa::avx2) return kAvx2Kernels;
+  if (isa == Isa::avx512) return kAvx512Kernels;
 #endif
   TERN_CHECK(isa == Isa::portable);
   return kPortableKernels;

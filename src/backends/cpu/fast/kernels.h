@@ -1,7 +1,8 @@
 // The fast CPU backend's inner kernels, one table per instruction set. Each
 // table is built from one translation unit compiled with that set's flags
 // (kernels_portable.cpp: no -m flags, the baseline that also serves ARM;
-// kernels_avx2.cpp: AVX2 + FMA, with intrinsics for the 4-bit dot products);
+// kernels_avx2.cpp: AVX2 + FMA, kernels_avx512.cpp: AVX-512 with VNNI, each
+// with intrinsics for the 4-bit dot products);
 // kernels() picks one at run time by what the CPU supports.
 //
 // The 4-bit kernels never expand the weights: activations are quantised to
@@ -20,11 +21,11 @@ namespace tern::cpu::fast {
 
 constexpr int kGroup = 64;
 
-enum class Isa { portable, avx2 };
+enum class Isa { portable, avx2, avx512 };
 
 // Quantised input rows of a 4-bit matmul. Row t of the operation is row
 // index[t] of the arrays (index null: row t). The codes of a row are laid out
-// for the AVX2 kernel (code_offset): groups in blocks of 4 whose 4-byte units
+// for the SIMD kernels (code_offset): groups in blocks of 4 whose 4-byte units
 // of packed weights a 32-bit interleave puts side by side, the rest one group
 // at a time.
 struct QRows {
@@ -39,18 +40,21 @@ constexpr int kBlockGroups = 4;
 
 // Where input i (< 64) of group g of a row of G groups sits among its codes.
 // Byte e = i / 2 of a group's 32 packed bytes holds input i in its low (i
-// even) or high nibble. Groups [4b, 4b + 4) are one block of 256 codes: eight
-// 32-byte vectors, low then high nibbles' codes of vector j = 0..3, whose
-// 32-bit lane l holds bytes 4k..4k+3 (k = j + 4 (l / 4)) of group 4b + l % 4,
-// the order an unpacklo/hi_epi32 then epi64 of the block's four 32-byte
-// groups of packed bytes puts them in. Groups past the last whole block: the
-// codes of the 32 even inputs, then the 32 odd ones.
+// even) or high nibble. Groups [4b, 4b + 4) are one block of 256 codes, the
+// packed bytes interleaved into four 32-byte vectors j = 0..3 whose 32-bit lane
+// l holds bytes 4k..4k+3 (k = j + 4 (l / 4)) of group 4b + l % 4 (what an
+// unpacklo/hi_epi32 then epi64 of the block's four 32-byte groups gives, and
+// one vpermt2d of two 64-byte loads gives for j = 0, 1 or 2, 3 side by side).
+// The block's codes: per pair of vectors (j = 0, 1, then 2, 3) the low
+// nibbles' codes of both, then the high nibbles' (64 bytes each, so one
+// 64-byte vector of either meets one 64-byte load of codes). Groups past the
+// last whole block: the codes of the 32 even inputs, then the 32 odd ones.
 constexpr int64_t code_offset(int64_t G, int64_t g, int i) {
   const int nibble = i & 1, e = i >> 1;
   if (g >= G / kBlockGroups * kBlockGroups) return g * kGroup + nibble * 32 + e;
   const int in_block = int(g % kBlockGroups), k = e / 4, m = e % 4;
   const int j = k % 4, lane = in_block + 4 * (k / 4);
-  return (g - in_block) * kGroup + 64 * j + 32 * nibble + 4 * lane + m;
+  return (g - in_block) * kGroup + 128 * (j / 2) + 64 * nibble + 32 * (j % 2) + 4 * lane + m;
 }
 
 // fp32 input rows: row t at x + ld * (index ? index[t] : t).
@@ -126,7 +130,8 @@ struct Kernels {
 const Kernels& kernels(Isa isa);
 // The instruction sets this CPU runs, the portable baseline first.
 std::vector<Isa> supported_isas();
-// The widest supported set, or the one TERN_CPU_ISA names (portable, avx2).
+// The widest supported set, or the one TERN_CPU_ISA names (portable, avx2,
+// avx512).
 Isa default_isa();
 const char* isa_name(Isa isa);
 

@@ -13,7 +13,7 @@
 // is done for up to 4 tokens at once (its unpacked bytes shared).
 #include <immintrin.h>
 
-#include "backends/cpu/fast/kernels_generic.h"
+#include "backends/cpu/fast/kernels_q4_tiles.h"
 
 namespace tern::cpu::fast {
 
@@ -56,17 +56,21 @@ void row_params(const QTensor& w, int64_t r, int n, int64_t G, float* sc, float*
   }
 }
 
-struct Tokens {
-  const int8_t* q[4];
-  const float* d[4];
-  const float* s[4];
+struct Avx2 {
+  static constexpr int kMaxTokens = 4;
+  static void params(const QTensor& w, int64_t r, int n, int64_t G, float* sc, float* bi) {
+    row_params(w, r, n, G, sc, bi);
+  }
+  template <int N>
+  static void row(const uint8_t* row, const float* sc, const float* bi, int64_t G,
+                  const tiles::Tokens& x, float* out);
 };
 
 // out[t] = row . token t for t < N: the row's packed bytes, group scales sc
 // and biases bi, G groups.
 template <int N>
-void row_tokens(const uint8_t* row, const float* sc, const float* bi, int64_t G, const Tokens& x,
-                float* out) {
+void Avx2::row(const uint8_t* row, const float* sc, const float* bi, int64_t G,
+               const tiles::Tokens& x, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
@@ -85,10 +89,12 @@ void row_tokens(const uint8_t* row, const float* sc, const float* bi, int64_t G,
       const __m256i lo = _mm256_and_si256(o[j], m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(o[j], 4), m4);
       for (int t = 0; t < N; ++t) {
-        const auto* xq = reinterpret_cast<const __m256i*>(x.q[t] + 64 * g + 64 * j);
+        // The low nibbles' codes of vector j, then 64 bytes on the high ones'.
+        const auto* xq =
+            reinterpret_cast<const __m256i*>(x.q[t] + 64 * g + 128 * (j / 2) + 32 * (j % 2));
         p[t] = _mm256_add_epi16(
             p[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(xq)),
-                                   _mm256_maddubs_epi16(hi, _mm256_loadu_si256(xq + 1))));
+                                   _mm256_maddubs_epi16(hi, _mm256_loadu_si256(xq + 2))));
         // Keeps p[t] a register here: else GCC reassociates the adds, hoists
         // all 8N vpmaddubsw of the block and spills their results (-30%).
         __asm__("" : "+x"(p[t]));
@@ -123,56 +129,12 @@ void row_tokens(const uint8_t* row, const float* sc, const float* bi, int64_t G,
   }
 }
 
-constexpr int kRowBlock = 16;   // rows whose bytes every token block passes over
-constexpr int64_t kMaxG = 256;  // groups a row may have here (inputs <= 16384)
-
-void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
-             const OutRows& o) {
-  const int64_t G = int64_t(w.groups_per_row());
-  if (G > kMaxG) return generic::gemm_q4(w, r0, r1, x, T, o);
-  alignas(32) float sc[kRowBlock * kMaxG], bi[kRowBlock * kMaxG];
-  const size_t rb = w.row_bytes();
-  for (int64_t b0 = r0; b0 < r1; b0 += kRowBlock) {
-    const int nr = int(std::min<int64_t>(kRowBlock, r1 - b0));
-    row_params(w, b0, nr, G, sc, bi);
-    for (int64_t t0 = 0; t0 < T; t0 += 4) {
-      const int nt = int(std::min<int64_t>(4, T - t0));
-      Tokens tk;
-      for (int t = 0; t < nt; ++t) {
-        const int64_t xr = x.index ? x.index[t0 + t] : t0 + t;
-        tk.q[t] = x.q + xr * x.cols;
-        tk.d[t] = x.d + xr * G;
-        tk.s[t] = x.s + xr * G;
-      }
-      for (int i = 0; i < nr; ++i) {
-        float out[4];
-        const uint8_t* row = w.data + size_t(b0 + i) * rb;
-        const float *s = sc + i * G, *bb = bi + i * G;
-        switch (nt) {
-          case 1:
-            row_tokens<1>(row, s, bb, G, tk, out);
-            break;
-          case 2:
-            row_tokens<2>(row, s, bb, G, tk, out);
-            break;
-          case 3:
-            row_tokens<3>(row, s, bb, G, tk, out);
-            break;
-          default:
-            row_tokens<4>(row, s, bb, G, tk, out);
-        }
-        for (int t = 0; t < nt; ++t) generic::store(o, t0 + t, b0 + i, out[t]);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 extern const Kernels kAvx2Kernels = {.isa = Isa::avx2,
                                      .name = "avx2",
                                      .quantize = generic::quantize,
-                                     .gemm_q4 = gemm_q4,
+                                     .gemm_q4 = tiles::gemm_q4<Avx2>,
                                      .gemm_f32 = generic::gemm_f32,
                                      .silu_mul = generic::silu_mul,
                                      .delta_recurrent = generic::delta_recurrent,
