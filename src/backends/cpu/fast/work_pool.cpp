@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "backends/cpu/fast/denormals.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,6 +84,7 @@ void WorkPool::work(uint64_t t, int thread) {
 
 void WorkPool::run_erased(size_t n, Call call, const void* fn) {
   if (n == 0) return;
+  const FlushDenormals ftz;  // the caller's items too (workers flush for good)
   if (n == 1 || workers_.empty()) {
     for (size_t i = 0; i < n; ++i) call(fn, i, 0);
     return;
@@ -101,15 +103,17 @@ void WorkPool::run_erased(size_t n, Call call, const void* fn) {
 }
 
 void WorkPool::worker_loop(int thread) {
+  const FlushDenormals ftz;
   for (;;) {
     uint64_t t = ticket_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     work(t, thread);
-    // Nothing left to claim: wait for the ticket to change.
+    // Nothing left to claim: wait for the ticket to change. The ticket read
+    // here may be the destructor's last change, so stop_ ends the wait too.
     t = ticket_.load(std::memory_order_acquire);
     if (next_of(t) < count_of(t)) continue;
     const auto until = std::chrono::steady_clock::now() + kSpin;
-    for (int spins = 0; ticket_.load(std::memory_order_acquire) == t;) {
+    for (int spins = 0; ticket_.load(std::memory_order_acquire) == t && !stop_.load();) {
       wait_step(spins);
       if (spins % 1024 == 0 && std::chrono::steady_clock::now() > until) {
         sleepers_.fetch_add(1);

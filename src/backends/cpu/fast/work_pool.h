@@ -27,7 +27,8 @@ class WorkPool {
 
   // Calls fn(item, thread) for every item in [0, n), thread in [0, size()),
   // and returns when all are done. The calling thread works as thread 0. Not
-  // reentrant: fn must not call run() on the same pool.
+  // reentrant: fn must not call run() on the same pool. Items run with
+  // denormals flushed to zero (denormals.h).
   template <class F>
   void run(size_t n, const F& fn) {
     run_erased(
