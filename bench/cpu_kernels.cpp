@@ -2,6 +2,9 @@
 // decode (one token, a matrix far larger than L3, so memory streams) and
 // prefill shapes (many tokens over a matrix in cache), in GB/s of packed
 // weights and G multiply-adds/s, beside the machine's memory bandwidth.
+// On x86 with AVX-512 VNNI it first times the core's own vpdpbusd and FMA
+// throughput (the ceiling the 4-bit kernels' instruction counts are read
+// against, docs/cpu-backend.md).
 // Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, expert, dense64,
 // dense512; default all)
 #include <chrono>
@@ -9,6 +12,10 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/fast/kernels.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
@@ -76,6 +83,48 @@ double best_seconds(int reps, const auto& fn) {
   return best;
 }
 
+#if defined(__x86_64__)
+// 512-bit vpdpbusd and vfmadd per second on one core: 16 independent chains,
+// so latency hides and only issue throughput counts.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vector_op_rates() {
+  constexpr long kIters = 20'000'000;
+  constexpr int kChains = 16;
+  __m512i acc[kChains], x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(2);
+  __m512 facc[kChains], u = _mm512_set1_ps(0.5f);
+  for (int i = 0; i < kChains; ++i) {
+    acc[i] = _mm512_setzero_si512();
+    facc[i] = _mm512_setzero_ps();
+  }
+  // Plain loops, no lambdas: a lambda would not inherit this function's target.
+  double tdp = 1e30, tfma = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (long n = 0; n < kIters; ++n) {
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], x, y);
+      asm volatile("" : "+v"(x));
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    for (long n = 0; n < kIters; ++n) {
+      for (int i = 0; i < kChains; ++i) facc[i] = _mm512_fmadd_ps(facc[i], u, u);
+      asm volatile("" : "+v"(u));
+    }
+    auto t2 = std::chrono::steady_clock::now();
+    tdp = std::min(tdp, std::chrono::duration<double>(t1 - t0).count());
+    tfma = std::min(tfma, std::chrono::duration<double>(t2 - t1).count());
+  }
+  int32_t keep[16] = {};  // the results, kept so the loops are not dropped
+  float fkeep[16] = {};
+  for (int i = 0; i < kChains; ++i) {
+    _mm512_storeu_si512(keep, _mm512_add_epi32(_mm512_loadu_si512(keep), acc[i]));
+    _mm512_storeu_ps(fkeep, _mm512_add_ps(_mm512_loadu_ps(fkeep), facc[i]));
+  }
+  const double ops = double(kIters) * kChains;
+  std::printf("one core: vpdpbusd zmm %.2f G/s (%.0f GMAC/s int8), vfmadd zmm %.2f G/s (%d %g)\n",
+              ops / tdp / 1e9, 64 * ops / tdp / 1e9, ops / tfma / 1e9, keep[0] & 1,
+              double(fkeep[0]));
+}
+#endif
+
 void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int64_t block,
                int reps, const char* what, const std::string& only, const char* name) {
   if (!only.empty() && only != name) return;
@@ -105,6 +154,10 @@ int main(int argc, char** argv) {
   const MemoryBandwidth bw = measure_memory_bandwidth(pool);
   std::printf("threads %d: copy %.1f GB/s (read + write), read %.1f GB/s\n", pool.size(),
               bw.copy / 1e9, bw.read / 1e9);
+#if defined(__x86_64__)
+  for (Isa isa : supported_isas())
+    if (isa == Isa::avx512 && (want_isa.empty() || want_isa == "avx512")) vector_op_rates();
+#endif
   const Matrix big = random_q4(131072, 2048);  // 151 MB: streams from memory
   const Matrix expert = random_q4(1024, 2048), dense = random_q4(8192, 2048);
   for (Isa isa : supported_isas()) {
