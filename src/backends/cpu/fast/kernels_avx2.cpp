@@ -131,14 +131,6 @@ void Avx2::row(const uint8_t* row, const float* sc, const float* bi, int64_t G,
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = {.isa = Isa::avx2,
-                                     .name = "avx2",
-                                     .quantize = generic::quantize,
-                                     .gemm_q4 = tiles::gemm_q4<Avx2>,
-                                     .gemm_f32 = generic::gemm_f32,
-                                     .silu_mul = generic::silu_mul,
-                                     .delta_recurrent = generic::delta_recurrent,
-                                     .delta_chunked = generic::delta_chunked,
-                                     .attention = generic::attention};
+extern const Kernels kAvx2Kernels = generic::table(Isa::avx2, "avx2", tiles::gemm_q4<Avx2>);
 
 }  // namespace tern::cpu::fast

@@ -116,14 +116,6 @@ void Avx512::row(const uint8_t* row, const float* sc, const float* bi, int64_t G
 
 }  // namespace
 
-extern const Kernels kAvx512Kernels = {.isa = Isa::avx512,
-                                       .name = "avx512",
-                                       .quantize = generic::quantize,
-                                       .gemm_q4 = tiles::gemm_q4<Avx512>,
-                                       .gemm_f32 = generic::gemm_f32,
-                                       .silu_mul = generic::silu_mul,
-                                       .delta_recurrent = generic::delta_recurrent,
-                                       .delta_chunked = generic::delta_chunked,
-                                       .attention = generic::attention};
+extern const Kernels kAvx512Kernels = generic::table(Isa::avx512, "avx512", tiles::gemm_q4<Avx512>);
 
 }  // namespace tern::cpu::fast

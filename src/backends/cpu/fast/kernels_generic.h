@@ -491,5 +491,19 @@ void attention(const AttnArgs& a) {
   }
 }
 
+// An instruction set's table: its 4-bit matmul, the rest of this file built
+// with its flags.
+constexpr Kernels table(Isa isa, const char* name, decltype(Kernels::gemm_q4) gemm_q4) {
+  return {.isa = isa,
+          .name = name,
+          .quantize = quantize,
+          .gemm_q4 = gemm_q4,
+          .gemm_f32 = gemm_f32,
+          .silu_mul = silu_mul,
+          .delta_recurrent = delta_recurrent,
+          .delta_chunked = delta_chunked,
+          .attention = attention};
+}
+
 }  // namespace generic
 }  // namespace

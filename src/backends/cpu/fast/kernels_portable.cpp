@@ -4,14 +4,6 @@
 
 namespace tern::cpu::fast {
 
-extern const Kernels kPortableKernels = {.isa = Isa::portable,
-                                         .name = "portable",
-                                         .quantize = generic::quantize,
-                                         .gemm_q4 = generic::gemm_q4,
-                                         .gemm_f32 = generic::gemm_f32,
-                                         .silu_mul = generic::silu_mul,
-                                         .delta_recurrent = generic::delta_recurrent,
-                                         .delta_chunked = generic::delta_chunked,
-                                         .attention = generic::attention};
+extern const Kernels kPortableKernels = generic::table(Isa::portable, "portable", generic::gemm_q4);
 
 }  // namespace tern::cpu::fast
