@@ -57,8 +57,9 @@ test("later turns are served from the cache, and match a cold server", async () 
     if (turn > 0) assert.ok(c.usage.prompt_tokens_details.cached_tokens > 10, `turn ${turn} cached`);
     msgs.push({ role: "assistant", content: c.choices[0].message.content ?? "" }, ...user(`and more ${turn}`));
   }
-  // The same conversation on a server without a cache gives the same answers.
-  const cold = await new Server(model, ["--cache-mem", "0"]).start();
+  // The same conversation on a server without a cache gives the same answers:
+  // with the same prefill stops (--snapshot-every is one), so the same calls.
+  const cold = await new Server(model, ["--ctx-size", "2048", "--snapshot-every", "64", "--cache-mem", "0"]).start();
   try {
     const msgs2 = [{ role: "system", content: "Be brief." }, ...user("Tell me about rivers.")];
     for (let turn = 0; turn < 3; turn++) {
