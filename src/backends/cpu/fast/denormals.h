@@ -1,7 +1,7 @@
 // Flushes denormal floats to zero on the calling thread while in scope. The
 // chunked delta rule multiplies decays exp(gamma_r - gamma_s) that underflow
 // on strongly decaying heads, and every FMA on a denormal takes a microcode
-// assist on x86 (~100 cycles): measured 8-10x slower prompts (docs/cpu-backend.md).
+// assist on x86 (~100 cycles): that rule measured ~10x slower (docs/cpu-backend.md).
 // A denormal is below 1.2e-38, far under anything the fast path's bounds see.
 #pragma once
 

@@ -40,27 +40,25 @@ inline __m256 load8(DType t, const uint8_t* p, size_t i) {
   }
 }
 
-// Scales and biases of `n` rows from r into sc, bi ([n][G]).
-void row_params(const QTensor& w, int64_t r, int n, int64_t G, float* sc, float* bi) {
-  for (int i = 0; i < n; ++i) {
-    const size_t g0 = size_t(r + i) * size_t(G);
-    int64_t g = 0;
-    for (; g + 8 <= G; g += 8) {
-      _mm256_storeu_ps(sc + i * G + g, load8(w.dtype, w.scales, g0 + size_t(g)));
-      _mm256_storeu_ps(bi + i * G + g, load8(w.dtype, w.biases, g0 + size_t(g)));
-    }
-    for (; g < G; ++g) {
-      sc[i * G + g] = load_scalar(w.dtype, w.scales, g0 + size_t(g));
-      bi[i * G + g] = load_scalar(w.dtype, w.biases, g0 + size_t(g));
-    }
-  }
-}
-
 struct Avx2 {
   static constexpr int kMaxTokens = 4;
+
+  // Scales and biases of `n` rows from r into sc, bi ([n][G]).
   static void params(const QTensor& w, int64_t r, int n, int64_t G, float* sc, float* bi) {
-    row_params(w, r, n, G, sc, bi);
+    for (int i = 0; i < n; ++i) {
+      const size_t g0 = size_t(r + i) * size_t(G);
+      int64_t g = 0;
+      for (; g + 8 <= G; g += 8) {
+        _mm256_storeu_ps(sc + i * G + g, load8(w.dtype, w.scales, g0 + size_t(g)));
+        _mm256_storeu_ps(bi + i * G + g, load8(w.dtype, w.biases, g0 + size_t(g)));
+      }
+      for (; g < G; ++g) {
+        sc[i * G + g] = load_scalar(w.dtype, w.scales, g0 + size_t(g));
+        bi[i * G + g] = load_scalar(w.dtype, w.biases, g0 + size_t(g));
+      }
+    }
   }
+
   template <int N>
   static void row(const uint8_t* row, const float* sc, const float* bi, int64_t G,
                   const tiles::Tokens& x, float* out);
