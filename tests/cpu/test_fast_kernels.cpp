@@ -96,9 +96,21 @@ struct MatmulShape {
 // (b) the dequantised weights times the fp32 inputs, in double: the int8
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
-  const MatmulShape shapes[] = {{64, 2048, 1}, {64, 2048, 4}, {67, 2048, 9},
-                                {48, 512, 7},  {16, 4096, 2}, {37, 192, 5},
-                                {29, 320, 6},  {17, 64, 3},   {33, 1280, 16}};
+  const MatmulShape shapes[] = {{64, 2048, 1},
+                                {64, 2048, 4},
+                                {67, 2048, 9},
+                                {48, 512, 7},
+                                {16, 4096, 2},
+                                {37, 192, 5},
+                                {29, 320, 6},
+                                {17, 64, 3},
+                                {33, 1280, 16},
+                                // many tokens (the amx table's tiles): token and row
+                                // tails, no whole block, a chunk of 128 and more
+                                {40, 2048, 37},
+                                {37, 192, 20},
+                                {29, 320, 130},
+                                {100, 4096, 17}};
   for (const MatmulShape& sh : shapes) {
     const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
     std::vector<uint16_t> storage;

@@ -4,6 +4,14 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(TERN_CPU_X86)
+#include <cpuid.h>
+#endif
+#if defined(TERN_CPU_X86) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/error.h"
 
 namespace tern::cpu::fast {
@@ -12,7 +20,33 @@ extern const Kernels kPortableKernels;
 #ifdef TERN_CPU_X86
 extern const Kernels kAvx2Kernels;
 extern const Kernels kAvx512Kernels;
+extern const Kernels kAmxKernels;
 #endif
+
+namespace {
+
+#ifdef TERN_CPU_X86
+// AMX-TILE and AMX-INT8 in CPUID, and Linux's permission for this process to
+// use the tile data (the kernel grants its 8 KB of state only on request,
+// arch_prctl ARCH_REQ_XCOMP_PERM; without it the first tile instruction
+// faults). Asked once.
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return false;
+#ifdef __linux__
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+#endif
+
+}  // namespace
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -22,6 +56,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::avx512:
       return "avx512";
+    case Isa::amx:
+      return "amx";
   }
   return "?";
 }
@@ -33,8 +69,10 @@ std::vector<Isa> supported_isas() {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return v;
   v.push_back(Isa::avx2);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
     v.push_back(Isa::avx512);
+    if (amx_usable()) v.push_back(Isa::amx);
+  }
 #endif
   return v;
 }
@@ -53,6 +91,7 @@ const Kernels& kernels(Isa isa) {
 #ifdef TERN_CPU_X86
   if (isa == Isa::avx2) return kAvx2Kernels;
   if (isa == Isa::avx512) return kAvx512Kernels;
+  if (isa == Isa::amx) return kAmxKernels;
 #endif
   TERN_CHECK(isa == Isa::portable);
   return kPortableKernels;

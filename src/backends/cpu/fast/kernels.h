@@ -2,7 +2,8 @@
 // table is built from one translation unit compiled with that set's flags
 // (kernels_portable.cpp: no -m flags, the baseline that also serves ARM;
 // kernels_avx2.cpp: AVX2 + FMA, kernels_avx512.cpp: AVX-512 with VNNI, each
-// with intrinsics for the 4-bit dot products);
+// with intrinsics for the 4-bit dot products; the amx table is the avx512
+// one with AMX-INT8 tile products for calls of many tokens);
 // kernels() picks one at run time by what the CPU supports.
 //
 // The 4-bit kernels never expand the weights: activations are quantised to
@@ -21,7 +22,7 @@ namespace tern::cpu::fast {
 
 constexpr int kGroup = 64;
 
-enum class Isa { portable, avx2, avx512 };
+enum class Isa { portable, avx2, avx512, amx };
 
 // Quantised input rows of a 4-bit matmul. Row t of the operation is row
 // index[t] of the arrays (index null: row t). The codes of a row are laid out
@@ -131,7 +132,7 @@ const Kernels& kernels(Isa isa);
 // The instruction sets this CPU runs, the portable baseline first.
 std::vector<Isa> supported_isas();
 // The widest supported set, or the one TERN_CPU_ISA names (portable, avx2,
-// avx512).
+// avx512, amx).
 Isa default_isa();
 const char* isa_name(Isa isa);
 

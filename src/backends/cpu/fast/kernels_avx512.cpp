@@ -9,12 +9,15 @@
 // four vpdpbusd, whose 32-bit sums are exact; one conversion and one FMA with
 // the groups' scales s * d finish the block. Each row is done for up to 8
 // tokens at once (its unpacked bytes shared; 32 vector registers hold them).
+// This translation unit also builds the AMX table, which is this one with
+// tile products for calls of many tokens.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a variable
 // initialised with itself, which -Wmaybe-uninitialized reports where inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "backends/cpu/fast/kernels_q4_amx.h"
 #include "backends/cpu/fast/kernels_q4_tiles.h"
 
 namespace tern::cpu::fast {
@@ -117,5 +120,7 @@ void Avx512::row(const uint8_t* row, const float* sc, const float* bi, int64_t G
 }  // namespace
 
 extern const Kernels kAvx512Kernels = generic::table(Isa::avx512, "avx512", tiles::gemm_q4<Avx512>);
+// The same with AMX-INT8 tiles for calls of many tokens (kernels_q4_amx.h).
+extern const Kernels kAmxKernels = generic::table(Isa::amx, "amx", amx::gemm_q4<Avx512>);
 
 }  // namespace tern::cpu::fast
