@@ -147,10 +147,12 @@ inline void unpack_rows(const QTensor& w, int64_t r, int nr, int64_t G, uint8_t*
   }
 }
 
-// Groups g0.. (n <= 4) into c[j]: group j in tile j, A and B through tiles
-// 4, 6 and 5, 7 in turn. (GCC's tile intrinsics paste their tile numbers into
-// the assembly text, so each must be a literal: hence the macro.)
-inline void products(const uint8_t* a, const uint8_t* b, int64_t g0, int n, int32_t (*c)[256]) {
+// Groups g0.. g0 + 3 (those below G) into c[j]: group g0 + j in tile j, A and
+// B through tiles 4, 6 and 5, 7 in turn. (GCC's tile intrinsics paste their
+// tile numbers into the assembly text, so each must be a literal: hence the
+// macro.)
+inline void products(const uint8_t* a, const uint8_t* b, int64_t g0, int64_t G, int32_t (*c)[256]) {
+  const int64_t n = G - g0;
 #define TERN_AMX_PRODUCT(C, TA, TB)               \
   _tile_zero(C);                                  \
   _tile_loadd(TA, a + (g0 + C) * kTileBytes, 64); \
@@ -171,18 +173,17 @@ inline void products(const uint8_t* a, const uint8_t* b, int64_t g0, int n, int3
 }
 
 // out[m][n] = row m . token n over all G groups for one 16 x 16 block: the
-// next 4 groups' products run on the tile unit while the last 4 are scaled.
+// next 4 groups' products are issued before the last 4 are scaled (meant to
+// overlap; on the VM of bench/results/cpu-amx-0361723.md they did not).
 inline void block(const uint8_t* a, const uint8_t* b, const float* d, const float* s,
                   const float* sc, const float* bi, int64_t G, float (&out)[kTile][kTile]) {
   alignas(64) int32_t c[2][kBlockGroups][256];
   __m512 acc[kTile];
   for (int m = 0; m < kTile; ++m) acc[m] = _mm512_setzero_ps();
-  products(a, b, 0, int(std::min<int64_t>(kBlockGroups, G)), c[0]);
+  products(a, b, 0, G, c[0]);
   for (int64_t g0 = 0, set = 0; g0 < G; g0 += kBlockGroups, set ^= 1) {
     const int n = int(std::min<int64_t>(kBlockGroups, G - g0));
-    if (g0 + kBlockGroups < G)
-      products(a, b, g0 + kBlockGroups, int(std::min<int64_t>(kBlockGroups, G - g0 - kBlockGroups)),
-               c[set ^ 1]);
+    if (g0 + kBlockGroups < G) products(a, b, g0 + kBlockGroups, G, c[set ^ 1]);
     for (int j = 0; j < n; ++j) {
       const int64_t g = g0 + j;
       const __m512 dg = _mm512_loadu_ps(d + g * kTile), sg = _mm512_loadu_ps(s + g * kTile);
@@ -224,8 +225,10 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
                      b.data() + j * tiles, d.data() + j * params, s.data() + j * params);
     for (int64_t r = r0; r < r1; r += kTile) {
       const int nr = int(std::min<int64_t>(kTile, r1 - r));
-      std::fill_n(sc.begin(), params, 0.0f);  // rows past nr: zero, not stale
-      std::fill_n(bi.begin(), params, 0.0f);
+      if (nr < kTile) {  // the rows past nr: zero, not the last block's
+        std::fill_n(sc.begin(), params, 0.0f);
+        std::fill_n(bi.begin(), params, 0.0f);
+      }
       K::params(w, r, nr, G, sc.data(), bi.data());
       unpack_rows(w, r, nr, G, a.data());
       for (int j = 0; j < nb; ++j) {
