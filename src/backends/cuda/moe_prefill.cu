@@ -1,6 +1,6 @@
 // MoE of a prefill chunk on the GPU with no host round trip: the router's
-// logits (8-bit weights, fp32 arithmetic: the expert choice must match the
-// CPU's but at near-ties), the top-k choice and weights a warp a token, a
+// logits (8-bit weights, near-fp32 tensor-core sums: the expert choice must
+// match the CPU's but at near-ties), the top-k choice and weights a warp a token, a
 // histogram of rows per expert, a one-warp scan into offsets and the grouped
 // GEMMs' tile map (its length stays on the device: the GEMMs launch the upper
 // bound and surplus blocks exit), the scatter of the token's slots into expert
@@ -8,6 +8,8 @@
 // token order, each token's slots summed in a fixed order (no float atomics).
 // Shapes: T tokens, E experts plus the shared one (group E, every token), A =
 // T (top_k + 1) slots.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "backends/cuda/pick.cuh"
@@ -17,85 +19,148 @@ namespace tern::cuda {
 
 namespace {
 
-// Router GEMM: a block takes kTok tokens by kRows router rows (16 x 16 for
-// chunks up to 512 tokens, whose few 64 x 64 blocks left most SMs idle: 187
-// us a layer at 256 tokens; 64 x 64 above), K in steps of one group (steps
-// of 256 for 16 x 16 measured slower: 110 against 83 us a layer at 256
-// tokens, bench/results af6b5ec), the next
-// step's words and activations loaded into registers while the current one is
-// summed. Thread (tx, ty) sums rows kRows / 16 tx.. by tokens kTok / 16 ty..,
-// both operands stored k-major in shared memory. Every logit is one thread's
-// fmaf chain over k in order, whatever the tile.
-constexpr int kRK = 64, kRThreads = 256;
+// Router GEMM on the tensor cores at near fp32 precision. Per group of 64,
+// logit += s D + b' X with D = sum (q - 128) x, X = sum x and b' = b + 128 s
+// (the signed codes keep D from cancelling against b X). x is split into
+// three bf16 terms (hi + mid + lo = x exactly but for subnormals), so every
+// product (q - 128) x_i is exact and only the fp32 sums round: ~1e-7 of
+// sum |x w|, far below the fp16 GEMMs' error upstream of a32, so the expert
+// choice matches the CPU's but at near-ties (the fp32 SIMT kernel this
+// replaced took 220 us a layer at 2K tokens, bench/results prefill-split).
+// A block: 4 warps, 64 router rows (warp w rows 16 w..) by kTok tokens; the
+// three splits of the group's activations staged in shared memory, the
+// weights read from global (L2) straight into A fragments. Within a mma the
+// k order is free, so thread quad t takes the contiguous codes 16 t..16 t + 15
+// of its two rows (one 16-byte load), step s its word s: logical k (2t, 2t+1)
+// is code 16 t + 4 s + (0, 1), (2t + 8, 2t + 9) is 16 t + 4 s + (2, 3), and
+// the B fragments take the same activations.
+constexpr int kRThreads = 128, kRRows = 64, kXStride = 72;  // bf16 a staged token (+8: banks)
 
-template <int kTok, int kRows>
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Codes c, c + 1 (bytes b, b + 1 of w) as the bf16 pair (q - 128): 2^23 + q
+// by the magic exponent, then exact subtractions.
+__device__ __forceinline__ uint32_t signed_codes(uint32_t w, int b) {
+  const float m = __uint_as_float(0x4B000000u) + 128.0f;
+  return bf16x2(__uint_as_float(0x4B000000u | ((w >> (8 * b)) & 0xFFu)) - m,
+                __uint_as_float(0x4B000000u | ((w >> (8 * b + 8)) & 0xFFu)) - m);
+}
+
+template <int kTok>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
-  constexpr int kTokPer = kTok / 16, kRowPer = kRows / 16;  // a thread's tokens, rows
-  constexpr int kXN = kTok * kRK / kRThreads, kWN = kRows * kRK / 4 / kRThreads;  // loads a thread
-  __shared__ __align__(16) float xs[kRK][kTok + 4], ws[kRK][kRows + 4];
-  const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
-  const int r0 = int(blockIdx.x) * kRows, t0 = int(blockIdx.y) * kTok, K = W.cols;
-  const int wpr = K / 4, gpr = K / kGroup;
-  float xr[kXN];
-  uint32_t wr[kWN], sbr[kWN];
-  auto fetch = [&](int k0) {
+  constexpr int kN = kTok / 8;                             // n tiles of 8 tokens
+  constexpr int kTpt = kRThreads / kTok, kF4 = 16 / kTpt;  // threads a token, float4s a thread
+  __shared__ __align__(16) __nv_bfloat16 xs[3][kTok][kXStride];
+  __shared__ float xsum[kTok];
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int K = W.cols, wpr = K / 4, gpr = K / kGroup, t0 = int(blockIdx.y) * kTok;
+  const int R0 = int(blockIdx.x) * kRRows + 16 * warp + g, R1 = R0 + 8;
+  const bool busy = int(blockIdx.x) * kRRows + 16 * warp < W.rows;  // the warp has a row
+  // Staging: thread tid takes token tid / kTpt, float4s kF4 (tid % kTpt).. of the group.
+  const int st = tid / kTpt, sq = kF4 * (tid % kTpt);
+  float4 xr[kF4];
+  auto fetch = [&](int gi) {
+    const float4* src = reinterpret_cast<const float4*>(a32 + size_t(t0 + st) * K + gi * kGroup);
 #pragma unroll
-    for (int n = 0; n < kXN; ++n) {
-      const int i = tid + n * kRThreads, t = t0 + i / kRK;
-      xr[n] = t < T ? a32[size_t(t) * K + k0 + i % kRK] : 0.0f;
-    }
-#pragma unroll
-    for (int n = 0; n < kWN; ++n) {
-      const int i = tid + n * kRThreads, R = r0 + i / (kRK / 4), wq = i % (kRK / 4);
-      wr[n] = R < W.rows ? W.w[size_t(R) * wpr + k0 / 4 + wq] : 0u;
-      sbr[n] = R < W.rows ? W.sb[size_t(R) * gpr + (k0 + 4 * wq) / kGroup] : 0u;
-    }
+    for (int n = 0; n < kF4; ++n) xr[n] = t0 + st < T ? src[sq + n] : make_float4(0, 0, 0, 0);
   };
-  // Weights dequantised as the CPU does (rows past the matrix are zero).
-  auto store = [&] {
+  auto stage = [&] {
+    float sum = 0.0f;
 #pragma unroll
-    for (int n = 0; n < kXN; ++n) {
-      const int i = tid + n * kRThreads;
-      xs[i % kRK][i / kRK] = xr[n];
+    for (int n = 0; n < kF4; ++n) {
+      const float v[4] = {xr[n].x, xr[n].y, xr[n].z, xr[n].w};
+      uint32_t hi[2], mid[2], lo[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float h[2], m[2], l[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = v[2 * j + e];
+          sum += x;
+          h[e] = __bfloat162float(__float2bfloat16_rn(x));
+          m[e] = __bfloat162float(__float2bfloat16_rn(x - h[e]));
+          l[e] = x - h[e] - m[e];
+        }
+        hi[j] = bf16x2(h[0], h[1]), mid[j] = bf16x2(m[0], m[1]), lo[j] = bf16x2(l[0], l[1]);
+      }
+      const int k = 4 * (sq + n);
+      *reinterpret_cast<uint2*>(&xs[0][st][k]) = make_uint2(hi[0], hi[1]);
+      *reinterpret_cast<uint2*>(&xs[1][st][k]) = make_uint2(mid[0], mid[1]);
+      *reinterpret_cast<uint2*>(&xs[2][st][k]) = make_uint2(lo[0], lo[1]);
     }
 #pragma unroll
-    for (int n = 0; n < kWN; ++n) {
-      const int i = tid + n * kRThreads, row = i / (kRK / 4), wq = i % (kRK / 4);
-      const bool in = r0 + row < W.rows;
-      const float sc = sb_scale(sbr[n]), bi = sb_bias(sbr[n]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        ws[4 * wq + j][row] =
-            in ? __fadd_rn(__fmul_rn(sc, float((wr[n] >> (8 * j)) & 0xFFu)), bi) : 0.0f;
-    }
+    for (int o = 1; o < kTpt; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
+    if (tid % kTpt == 0) xsum[st] = sum;
   };
-  float acc[kTokPer][kRowPer] = {};  // [token][row]
+  auto codes = [&](int R, int gi) {
+    return R < W.rows ? *reinterpret_cast<const uint4*>(W.w + size_t(R) * wpr + gi * 16 + 4 * t)
+                      : make_uint4(0, 0, 0, 0);
+  };
+  auto sbw = [&](int R, int gi) { return R < W.rows ? W.sb[size_t(R) * gpr + gi] : 0u; };
+  float acc[kN][4] = {};
+  uint4 c0 = codes(R0, 0), c1 = codes(R1, 0);
+  uint32_t sb0 = sbw(R0, 0), sb1 = sbw(R1, 0);
   fetch(0);
-  for (int k0 = 0; k0 < K; k0 += kRK) {
-    __syncthreads();  // every thread is done with the last step's tiles
-    store();
+  for (int gi = 0; gi < gpr; ++gi) {
+    __syncthreads();  // every warp is done with the last group's tiles
+    stage();
     __syncthreads();
-    if (k0 + kRK < K) fetch(k0 + kRK);
-#pragma unroll 8
-    for (int k = 0; k < kRK; ++k) {
-      float xa[kTokPer], wa[kRowPer];
+    if (gi + 1 < gpr) fetch(gi + 1);
+    if (!busy) continue;
+    uint32_t a[4][4];  // [step][fragment]
+    const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
-      for (int j = 0; j < kTokPer; ++j) xa[j] = xs[k][kTokPer * ty + j];
+    for (int s = 0; s < 4; ++s) {
+      a[s][0] = signed_codes(w0[s], 0);
+      a[s][1] = signed_codes(w1[s], 0);
+      a[s][2] = signed_codes(w0[s], 2);
+      a[s][3] = signed_codes(w1[s], 2);
+    }
+    const float s0 = sb_scale(sb0), s1 = sb_scale(sb1);
+    const float o0 = fmaf(128.0f, s0, sb_bias(sb0)), o1 = fmaf(128.0f, s1, sb_bias(sb1));
+    if (gi + 1 < gpr) {  // the next group's weights load under this one's products
+      c0 = codes(R0, gi + 1), c1 = codes(R1, gi + 1);
+      sb0 = sbw(R0, gi + 1), sb1 = sbw(R1, gi + 1);
+    }
 #pragma unroll
-      for (int i = 0; i < kRowPer; ++i) wa[i] = ws[k][kRowPer * tx + i];
+    for (int n = 0; n < kN; ++n) {
+      float d[4] = {};
 #pragma unroll
-      for (int j = 0; j < kTokPer; ++j)
-#pragma unroll
-        for (int i = 0; i < kRowPer; ++i) acc[j][i] = fmaf(xa[j], wa[i], acc[j][i]);
+      for (int p = 0; p < 3; ++p) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(&xs[p][8 * n + g][16 * t]);
+        const uint4 hi = *reinterpret_cast<const uint4*>(&xs[p][8 * n + g][16 * t + 8]);
+        mma_bf16(d, a[0], lo.x, lo.y);
+        mma_bf16(d, a[1], lo.z, lo.w);
+        mma_bf16(d, a[2], hi.x, hi.y);
+        mma_bf16(d, a[3], hi.z, hi.w);
+      }
+      const float x0 = xsum[8 * n + 2 * t], x1 = xsum[8 * n + 2 * t + 1];
+      acc[n][0] = fmaf(s0, d[0], fmaf(o0, x0, acc[n][0]));
+      acc[n][1] = fmaf(s0, d[1], fmaf(o0, x1, acc[n][1]));
+      acc[n][2] = fmaf(s1, d[2], fmaf(o1, x0, acc[n][2]));
+      acc[n][3] = fmaf(s1, d[3], fmaf(o1, x1, acc[n][3]));
     }
   }
+  if (!busy) return;
 #pragma unroll
-  for (int j = 0; j < kTokPer; ++j)
+  for (int n = 0; n < kN; ++n)
 #pragma unroll
-    for (int i = 0; i < kRowPer; ++i) {
-      const int t = t0 + kTokPer * ty + j, R = r0 + kRowPer * tx + i;
-      if (t < T && R < W.rows) logits[size_t(t) * W.rows + R] = acc[j][i];
+    for (int i = 0; i < 4; ++i) {
+      const int tok = t0 + 8 * n + 2 * t + (i & 1), R = i < 2 ? R0 : R1;
+      if (tok < T && R < W.rows) logits[size_t(tok) * W.rows + R] = acc[n][i];
     }
 }
 
@@ -196,10 +261,10 @@ cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits,
   auto blocks = [&](int rows, int tok) {
     return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok));
   };
-  if (T <= 512)
-    router_kernel<16, 16><<<blocks(16, 16), kRThreads, 0, st>>>(W, a32, T, logits);
+  if (T <= 1024)
+    router_kernel<16><<<blocks(kRRows, 16), kRThreads, 0, st>>>(W, a32, T, logits);
   else
-    router_kernel<64, 64><<<blocks(64, 64), kRThreads, 0, st>>>(W, a32, T, logits);
+    router_kernel<32><<<blocks(kRRows, 32), kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 
