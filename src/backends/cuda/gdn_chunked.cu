@@ -1,9 +1,10 @@
 // Gated DeltaNet prefill, the chunked (WY / UT) form of the delta rule
 // (MODEL.md §4.2), 64 tokens a chunk, in two kernels:
 //
-// chunk_prep, a block per (chunk, value head), every chunk at once, fp32 on
-// CUDA cores: the in-chunk cumulative log-decay gam, the Gram K K^T and
-// Q K^T (4 x 4 outputs a thread), A = beta_r (k_r . k_s) e^(gam_r - gam_s)
+// chunk_prep, a block per (chunk, value head), every chunk at once: the
+// in-chunk cumulative log-decay gam, the Grams K K^T and Q K^T (tensor cores,
+// three tf32 products each: fp32-level sums; as fp32 FMAs they were ~70% of
+// the kernel's instructions), A = beta_r (k_r . k_s) e^(gam_r - gam_s)
 // (s < r), and the forward substitution (I + A) X = [diag(beta) V |
 // diag(beta Gamma) K] with a thread per column of X keeping its 64 entries in
 // registers (no barrier in the solve; A comes by broadcast loads). It writes
@@ -46,7 +47,22 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], float a0, float a1, floa
         "r"(__float_as_uint(a3)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
-constexpr int kKS = kD + 1;  // Gram operands: scalar loads, 16 rows apart in distinct banks
+// x = hi + lo, both tf32 (lo carries the next 11 bits).
+__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
+  hi = tf32(x);
+  lo = tf32(x - hi);
+}
+
+// d += a b in three tf32 products, the small ones first (lo lo dropped).
+__device__ __forceinline__ void mma_tf32x3(float (&d)[4], const float (&ah)[4],
+                                           const float (&al)[4], const float (&bh)[2],
+                                           const float (&bl)[2]) {
+  mma_tf32(d, al[0], al[1], al[2], al[3], bh[0], bh[1]);
+  mma_tf32(d, ah[0], ah[1], ah[2], ah[3], bl[0], bl[1]);
+  mma_tf32(d, ah[0], ah[1], ah[2], ah[3], bh[0], bh[1]);
+}
+
+constexpr int kKS = kD + 4;  // Gram operands: a fragment's 32 loads in distinct banks
 constexpr int kAS = 68;      // A: 16-byte row loads
 struct PrepSmem {
   float k[kC][kKS], q[kC][kKS], v[kC][kD];  // A and M reuse q once the Grams are done
@@ -82,19 +98,29 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
     s.beta[r + 1] = r + 1 < L ? a.beta[size_t(t0 + r + 1) * Hv + n] : 0.0f;
   }
   __syncthreads();
-  // Grams: thread (tr, ts) has rows tr + 16 i, columns ts + 16 j.
-  const int tr = tid / 16, ts = tid % 16;
-  float kk[4][4] = {}, qk[4][4] = {};
-  for (int d = 0; d < kD; ++d) {
-    float kr[4], qr[4], ks[4];
+  // Grams on the tensor cores, in three tf32 products (hi hi + hi lo + lo hi
+  // of each operand's split: near-fp32 sums): warp w has rows 16 (w % 4)..
+  // by columns 32 (w / 4).. of both, as 4 tiles of 8 columns.
+  const int lane = tid & 31, warp = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
+  const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+  float kk[4][4] = {}, qk[4][4] = {};  // [tile][fragment]
+  for (int k0 = 0; k0 < kD; k0 += 8) {
+    float kh[4], kl[4], qh[4], ql[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      kr[i] = s.k[tr + 16 * i][d], qr[i] = s.q[tr + 16 * i][d], ks[i] = s.k[ts + 16 * i][d];
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + g8 + 8 * (e & 1), c = k0 + t4 + 4 * (e >> 1);
+      split_tf32(s.k[r][c], kh[e], kl[e]);
+      split_tf32(s.q[r][c], qh[e], ql[e]);
+    }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        kk[i][j] = fmaf(kr[i], ks[j], kk[i][j]), qk[i][j] = fmaf(qr[i], ks[j], qk[i][j]);
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + 8 * j + g8;
+      float bh[2], bl[2];
+      split_tf32(s.k[n][k0 + t4], bh[0], bl[0]);
+      split_tf32(s.k[n][k0 + t4 + 4], bh[1], bl[1]);
+      mma_tf32x3(kk[j], kh, kl, bh, bl);
+      mma_tf32x3(qk[j], qh, ql, bh, bl);
+    }
   }
   // Q~ and K~ out while q is still there.
   const float gl = s.gam[kC - 1];
@@ -107,14 +133,14 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
   __syncthreads();
   float* A = &s.q[0][0];  // [kC][kAS]
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = tr + 16 * i, q = ts + 16 * j;
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + g8 + 8 * (e >> 1), q = n0 + 8 * j + 2 * t4 + (e & 1);
       // Masked before the exponent: e^(gam_r - gam_s) only for s <= r.
       const float dec = q <= r ? expf(s.gam[r] - s.gam[q]) : 0.0f;
-      A[r * kAS + q] = q < r ? s.beta[r] * kk[i][j] * dec : 0.0f;
-      out[kM + r * kC + q] = tf32(qk[i][j] * dec);
+      A[r * kAS + q] = q < r ? s.beta[r] * kk[j][e] * dec : 0.0f;
+      out[kM + r * kC + q] = tf32(qk[j][e] * dec);
     }
   __syncthreads();
   // Forward substitution, thread j a column of X = [U | W].
@@ -143,9 +169,9 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
 // chunk_state's shared memory (floats), rows padded so the fragment loads of
 // each operand fall in distinct banks.
 constexpr int kCols = 32, kWS = kD + 4, kKT = kD + 8, kMS = kC + 4, kVS = kCols + 8;
-constexpr int kSmW = 0, kSmQ = kSmW + kC * kWS, kSmK = kSmQ + kC * kWS, kSmM = kSmK + kC * kKT,
-              kSmU = kSmM + kC * kMS, kSmV = kSmU + kC * kCols, kSmS = kSmV + kC * kVS,
-              kSmTotal = kSmS + kD * kVS;
+constexpr int kSmW = 0, kSmQ = kSmW + kC * kWS, kSmK = kSmQ + kC * kWS, kSmK2 = kSmK + kC * kKT,
+              kSmM = kSmK2 + kC * kKT, kSmU = kSmM + kC * kMS, kSmV = kSmU + kC * kCols,
+              kSmS = kSmV + kC * kVS, kSmTotal = kSmS + kD * kVS;
 constexpr int kStateThreads = 256;
 
 // Rows of `cols` floats (a multiple of 4) from src (row stride ld) to dst
@@ -192,22 +218,26 @@ __device__ __forceinline__ void each_acc(float (&acc)[NQ][4], int row0, int cb, 
 
 __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs a) {
   extern __shared__ __align__(16) float sm[];
-  float *Ws = sm + kSmW, *Qs = sm + kSmQ, *Ks = sm + kSmK, *Ms = sm + kSmM, *Us = sm + kSmU,
-        *Vp = sm + kSmV, *Ss = sm + kSmS;
+  float *Ws = sm + kSmW, *Qs = sm + kSmQ, *Ms = sm + kSmM, *Us = sm + kSmU, *Vp = sm + kSmV,
+        *Ss = sm + kSmS;
+  auto Kb = [&](int c) { return sm + (c & 1 ? kSmK2 : kSmK); };  // K~ of chunk c
   const int n = int(blockIdx.x) / (kD / kCols), c0 = int(blockIdx.x) % (kD / kCols) * kCols;
   const int Hv = a.v_heads, chunks = (a.T + kC - 1) / kC, w = int(threadIdx.x) >> 5;
   auto chunk = [&](int c) { return a.scratch + (size_t(c) * Hv + n) * kPer; };
-  auto load_wu = [&](int c) {
+  // Each operand's loads for chunk c + 1 start once chunk c's last reader is
+  // past a barrier: W, U and K~ (double-buffered) after step 1, Q~ and M after
+  // step 2, so none waits in full at the chunk's end.
+  auto load_wuk = [&](int c) {
     copy_rows(Ws, kWS, chunk(c) + kW, kD, kC, kD);
     copy_rows(Us, kCols, chunk(c) + kU + c0, kD, kC, kCols);
+    copy_rows(Kb(c), kKT, chunk(c) + kK, kD, kC, kD);
   };
-  auto load_qkm = [&](int c) {
+  auto load_qm = [&](int c) {
     copy_rows(Qs, kWS, chunk(c) + kQ, kD, kC, kD);
-    copy_rows(Ks, kKT, chunk(c) + kK, kD, kC, kD);
     copy_rows(Ms, kMS, chunk(c) + kM, kC, kC, kC);
   };
-  load_wu(0);
-  load_qkm(0);
+  load_wuk(0);
+  load_qm(0);
   cp_async_commit();
   // The state: warp w's rows 16 w.. by all 32 columns (4 tiles), in registers.
   float* Sg = a.S + size_t(n) * kD * kD + c0;
@@ -227,8 +257,8 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
     each_acc(acc, mt, nb,
              [&](int r, int col, float& v) { Vp[r * kVS + col] = tf32(Us[r * kCols + col] - v); });
-    __syncthreads();
-    if (c + 1 < chunks) load_wu(c + 1);
+    __syncthreads();  // every read of Ws and Us is done
+    if (c + 1 < chunks) load_wuk(c + 1);
     cp_async_commit();
     // 2. O = Q~ S + M V'.
     float o[2][4] = {};
@@ -237,13 +267,14 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     each_acc(o, mt, nb, [&](int r, int col, float& v) {
       if (r < L) a.o[(size_t(c * kC + r) * Hv + n) * kD + c0 + col] = v;
     });
+    __syncthreads();  // every read of Qs and Ms is done
+    if (c + 1 < chunks) load_qm(c + 1);
+    cp_async_commit();
     // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
     each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
-    tile_mma<kC / 8, 4, true>(st, Ks, kKT, 16 * w, Vp, kVS, 0);
-    __syncthreads();  // every read of Ss, Qs, Ks, Ms and Vp is done
+    tile_mma<kC / 8, 4, true>(st, Kb(c), kKT, 16 * w, Vp, kVS, 0);
+    __syncthreads();  // every read of Ss and Vp is done
     each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
-    if (c + 1 < chunks) load_qkm(c + 1);
-    cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
   }
