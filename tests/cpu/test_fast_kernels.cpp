@@ -110,7 +110,9 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
                                 {40, 2048, 37},
                                 {37, 192, 20},
                                 {29, 320, 130},
-                                {100, 4096, 17}};
+                                {100, 4096, 17},
+                                {70, 512, 12},
+                                {64, 1024, 32}};
   for (const MatmulShape& sh : shapes) {
     const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
     std::vector<uint16_t> storage;
