@@ -105,7 +105,8 @@ bool prefill_gemm_takes(const DMat& W);
 
 // --- MoE routing and combine (moe_prefill.cu) --------------------------------
 // Router logits of T rows: logits[t][r] = a32[t] . W[r] (8-bit MLX layout,
-// near-fp32 tensor-core sums, moe_prefill.cu), r < W.rows (the experts, then the shared expert's gate).
+// near-fp32 tensor-core sums, moe_prefill.cu), r < W.rows (the experts, then the shared expert's
+// gate).
 cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st);
 
 // The routing of T tokens from their router logits ([T][E + 1]): top_k experts
