@@ -143,25 +143,21 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
       out[kM + r * kC + q] = tf32(qk[j][e] * dec);
     }
   __syncthreads();
-  // Forward substitution, thread j a column of X = [U | W]. Each row's sum
-  // runs in four independent chains (one a float4 lane): one chain of r
-  // dependent FMAs made the solve latency-bound.
+  // Forward substitution, thread j a column of X = [U | W].
   const int j = tid;
   float x[kC];
 #pragma unroll
   for (int r = 0; r < kC; ++r) {
-    const float b0 = j < kD ? s.beta[r] * s.v[r][j] : s.beta[r] * expf(s.gam[r]) * s.k[r][j - kD];
+    float b = j < kD ? s.beta[r] * s.v[r][j] : s.beta[r] * expf(s.gam[r]) * s.k[r][j - kD];
     const float4* ar = reinterpret_cast<const float4*>(A + r * kAS);
-    float p[4] = {};
 #pragma unroll
     for (int q4 = 0; q4 < r / 4 + 1; ++q4) {
       const float4 av = ar[q4];
       const float al[4] = {av.x, av.y, av.z, av.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (4 * q4 + e < r) p[e] = fmaf(al[e], x[4 * q4 + e], p[e]);
+        if (4 * q4 + e < r) b = fmaf(-al[e], x[4 * q4 + e], b);
     }
-    const float b = b0 - ((p[0] + p[1]) + (p[2] + p[3]));
     x[r] = b;
     if (j < kD)
       out[kU + r * kD + j] = b;
