@@ -3,8 +3,8 @@
 //
 // chunk_prep, a block per (chunk, value head), every chunk at once: the
 // in-chunk cumulative log-decay gam, the Grams K K^T and Q K^T (tensor cores,
-// three tf32 products each: fp32-level sums; as fp32 FMAs they were ~70% of
-// the kernel's instructions), A = beta_r (k_r . k_s) e^(gam_r - gam_s)
+// three tf32 products each: fp32-level sums; fp32 FMAs before, 187 against
+// 176 us a layer at 2K tokens), A = beta_r (k_r . k_s) e^(gam_r - gam_s)
 // (s < r), and the forward substitution (I + A) X = [diag(beta) V |
 // diag(beta Gamma) K] with a thread per column of X keeping its 64 entries in
 // registers (no barrier in the solve; A comes by broadcast loads). It writes
