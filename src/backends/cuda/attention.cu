@@ -49,19 +49,6 @@ constexpr int kORow = kD + 1;
 static_assert(kRingBytes >= sizeof(float) * kWarps * 8 * (3 + kORow), "merge scratch");
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
@@ -101,8 +88,8 @@ __device__ __forceinline__ void attend_chunk(Running& st, const uint4* slot, con
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const uint4 k = slot[(nt * 8 + j) * 32 + lane];
-      mma(s[nt][j & 1], qh.x, ql.x, qh.y, ql.y, k.x, k.y);
-      mma(s[nt][j & 1], qh.z, ql.z, qh.w, ql.w, k.z, k.w);
+      mma_bf16(s[nt][j & 1], {qh.x, ql.x, qh.y, ql.y}, k.x, k.y);
+      mma_bf16(s[nt][j & 1], {qh.z, ql.z, qh.w, ql.w}, k.z, k.w);
     }
   }
   float sc[2][2], mx = -INFINITY;
@@ -155,8 +142,8 @@ __device__ __forceinline__ void attend_chunk(Running& st, const uint4* slot, con
       const uint32_t a2 = __byte_perm(word(v[2][0], e / 2), word(v[3][0], e / 2), sel);
       const uint32_t a3 = __byte_perm(word(v[2][1], e / 2), word(v[3][1], e / 2), sel);
       float(&d)[4] = st.acc[hh * 8 + e];
-      mma(d, a0, a1, a2, a3, bh[0], bh[1]);
-      mma(d, a0, a1, a2, a3, bl[0], bl[1]);
+      mma_bf16(d, {a0, a1, a2, a3}, bh[0], bh[1]);
+      mma_bf16(d, {a0, a1, a2, a3}, bl[0], bl[1]);
     }
   }
 }

@@ -1,5 +1,5 @@
-// Small device helpers shared by the CUDA kernels: error checks, bf16 loads,
-// warp and block reductions.
+// Small device helpers shared by the CUDA kernels: error checks, bf16 loads and
+// pairs, the bf16 tensor-core mma, warp and block reductions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +14,21 @@ constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ float bf(const __nv_bfloat16 x) {
   return __bfloat162float(x);
+}
+
+// Two floats as a bf16 pair (round to nearest), lo in the low half.
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// d += a . b on the tensor cores: mma m16n8k16, bf16 operands, fp32 sums.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // The scale and the bias of a DMat::sb word.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/common.cuh"
 #include "backends/cuda/pick.cuh"
 #include "backends/cuda/prefill_kernels.h"
 
@@ -35,20 +36,6 @@ namespace {
 // is code 16 t + 4 s + (0, 1), (2t + 8, 2t + 9) is 16 t + 4 s + (2, 3), and
 // the B fragments take the same activations.
 constexpr int kRThreads = 128, kRRows = 64, kXStride = 72;  // bf16 a staged token (+8: banks)
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Codes c, c + 1 (bytes b, b + 1 of w) as the bf16 pair (q - 128): 2^23 + q
 // by the magic exponent, then exact subtractions.
