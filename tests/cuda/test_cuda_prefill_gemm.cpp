@@ -32,7 +32,7 @@ std::vector<float> unstage(const std::vector<uint16_t>& s, const std::vector<flo
   std::vector<float> x(size_t(T) * K);
   for (int t = 0; t < T; ++t)
     for (int k = 0; k < K; ++k)
-      x[size_t(t) * K + k] = f16_to_f32(s[size_t(t) * K + cuda::staged_col(k)]) * xs[size_t(t)];
+      x[size_t(t) * K + k] = f16_to_f32(s[size_t(t) * K + cuda::staged_col(k, K)]) * xs[size_t(t)];
   return x;
 }
 

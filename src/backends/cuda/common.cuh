@@ -110,10 +110,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // Asynchronous copies into shared memory (cp.async): a thread waits only for
 // its own groups, so data a thread copies and reads back itself needs no
 // barrier. `valid` false zero-fills the destination.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+// 16 bytes into shared memory, the first `bytes` (0, 4, 8 or 16) from src and the rest zeros.
+__device__ __forceinline__ void cp_async16_fill(void* dst, const void* src, int bytes) {
   const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-               "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+  cp_async16_fill(dst, src, valid ? 16 : 0);
 }
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -3,7 +3,7 @@
 // prepared (RMSNorm, the GDN gated norm or the attention output gate, in the
 // CPU's order of operations), its largest |value| sets a power-of-two factor
 // that puts it in [2^14, 2^15), and it is written as fp16 in the staged order
-// (each 8 columns as 0,4,1,5,2,6,3,7), with the factor's inverse in xscale.
+// (staged_col), with the factor's inverse in xscale.
 #include "backends/cuda/prefill_kernels.h"
 #include "backends/cuda/prefill_mma.cuh"
 
@@ -100,9 +100,10 @@ __global__ void __launch_bounds__(kThreads) stage_kernel(StageArgs a) {
     const int u = tid + kThreads * m;
     if (u >= nu) continue;
     const float* y = v[m];
-    reinterpret_cast<uint4*>(a.out + size_t(t) * a.K)[u] =
-        make_uint4(pf::pack_f16(y[0] * up, y[4] * up), pf::pack_f16(y[1] * up, y[5] * up),
-                   pf::pack_f16(y[2] * up, y[6] * up), pf::pack_f16(y[3] * up, y[7] * up));
+    uint32_t* o = reinterpret_cast<uint32_t*>(a.out + size_t(t) * a.K);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)  // columns j, j + 4 are neighbours
+      o[staged_col(8 * u + j, a.K) / 2] = pf::pack_f16(y[j] * up, y[j + 4] * up);
     if (a.out32 != nullptr) {
       float4* o = reinterpret_cast<float4*>(a.out32 + size_t(t) * a.K + 8 * u);
       o[0] = make_float4(y[0], y[1], y[2], y[3]);

@@ -28,6 +28,7 @@
 
 #include "backends/cuda/prefill_kernels.h"
 #include "backends/cuda/prefill_mma.cuh"
+#include "backends/cuda/wgmma.cuh"
 
 namespace tern::cuda {
 
@@ -40,15 +41,14 @@ constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
 
 template <int BM, int BN>
 struct Cfg {
-  static constexpr int kWN = BN >= 64 ? 2 : 1, kWM = 8 / kWN;    // warps along slots, rows
-  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / kWM;  // tiles a block, a warp
-  static constexpr int kABytes = kTilesM * kImg;
+  static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 8;  // tiles a block, a warp
+  static constexpr int kABytes = kTilesM * kImg;                // a multiple of 1,024
   static constexpr int kStages = 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
-  static constexpr int kNT = BN / (8 * kWN);  // n8-tiles a warp
   static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN == 64) ? 2 : 1;
-  static constexpr size_t kSmem =
-      size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
+  // + 1,024: the stages' B atoms must be 1,024-aligned (the swizzle is by address).
+  static constexpr size_t kSmem = 1024 + size_t(kStages) * kStage +
+                                  BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
 };
 
 // A 16-byte shared-memory load the compiler cannot narrow (a lane's code
@@ -122,8 +122,10 @@ struct Loader {
       a_base = a.W.tiles + (size_t(b.group) * a.group_rows + b.m0) / 16 * a_stride;
       a_rows = (a.group_rows - b.m0 + 15) / 16;
     }
+    // Chunk u (k 8 u..8 u + 7 of the round) of rows j0 + 16 m: 128-byte rows
+    // of 64 k in two atom columns, the chunk swizzled by the row.
     const int u = tid % 16, j0 = tid / 16;
-    b_dst = kABytes + j0 * kRowBytes + 16 * pf::b_piece(u, j0);
+    b_dst = kABytes + (u / 8) * BN * 128 + j0 * 128 + 16 * ((u % 8) ^ (j0 % 8));
     b_col = 8 * u;
   }
 
@@ -163,12 +165,14 @@ struct Loader {
         }
       }
     }
-    const int col = kTileRound * r + b_col;
+    // A last round of 64 columns is staged packed (staged_col): half a chunk.
+    const bool full = kTileRound * (r + 1) <= K;
+    const int col = kTileRound * r + (full ? b_col : b_col / 2), bytes = full ? 16 : 8;
 #pragma unroll
     for (int m = 0; m < BN / 16; ++m) {
       const uint16_t* row = brow[int(threadIdx.x) / 16 + 16 * m];
-      const bool ok = row != nullptr && (kTiled || col < K);  // tiles: K % 128 == 0
-      cp_async16(stage + b_dst + m * 16 * kRowBytes, ok ? row + col : a.x, ok);
+      cp_async16_fill(stage + b_dst + m * 16 * 128, row != nullptr ? row + col : a.x,
+                      row != nullptr ? bytes : 0);
     }
   }
 };
@@ -176,7 +180,8 @@ struct Loader {
 template <int BM, int BN, GemmOut OUT, bool kTiled>
 __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kernel(GemmArgs a) {
   using C = Cfg<BM, BN>;
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024;
   if (a.map_count != nullptr && int(blockIdx.y) >= *a.map_count) return;
   const Block b = block_of(a, BM, BN);
   const uint16_t** brow = reinterpret_cast<const uint16_t**>(smem + C::kStages * C::kStage);
@@ -202,37 +207,39 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   const int all_rounds = (K + kTileRound - 1) / kTileRound, split = int(gridDim.z);
   const int per = (all_rounds + split - 1) / split, rb = int(blockIdx.z) * per;
   const int rounds = max(0, min(all_rounds, rb + per) - rb);
+  // Rounds r + 1, r + 2 in flight while round r is computed: the stage round
+  // r + 2 goes to was last read in round r - 2, whose wgmmas every thread has
+  // waited for before the barrier of round r (a thread leaves at most its last
+  // group of a round in flight).
 #pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
+  for (int s = 0; s < C::kStages - 2; ++s) {
     if (s < rounds) ld.load(a, smem + s * C::kStage, rb + s, arow);
     cp_async_commit();
   }
 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int wm = warp % C::kWM, wn = warp / C::kWM;
-  float acc[C::kTPW][C::kNT][4] = {};
+  const int wg = warp / 4, wi = warp % 4;  // warpgroup, warp in it
+  // Warpgroup wg's m64 tile ts is the block's tiles 4 (kTPW wg + ts) + 0..3.
+  const auto tile = [&](int ts) { return 4 * (C::kTPW * wg + ts) + wi; };
+  float acc[C::kTPW][BN / 2] = {};
   for (int r = 0; r < rounds; ++r) {
-    cp_async_wait<C::kStages - 2>();
+    cp_async_wait<C::kStages - 3>();
+    wg::fence_smem();
     __syncthreads();
     {
-      const int next = r + C::kStages - 1;
+      const int next = r + C::kStages - 2;
       if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, rb + next, arow);
       cp_async_commit();
     }
     const uint8_t* st = smem + (r % C::kStages) * C::kStage;
-    const uint8_t* imgs = st + wm * C::kTPW * kImg;  // the warp's tiles
-    const uint8_t* bs = st + C::kABytes + (wn * (BN / C::kWN) + g) * kRowBytes;
+    const uint32_t bs = smem_addr(st + C::kABytes);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int piece = pf::b_piece(4 * t + i, g);  // rows wn BN/kWN + 8 j + g: parity of g
-      uint4 x[C::kNT];
-#pragma unroll
-      for (int j = 0; j < C::kNT; ++j) x[j] = pf::lds128(bs + j * 8 * kRowBytes + 16 * piece);
+      uint32_t af[C::kTPW][2][4];  // k steps 2 i, 2 i + 1 of each tile
 #pragma unroll
       for (int ts = 0; ts < C::kTPW; ++ts) {
-        const uint8_t* img = imgs + ts * kImg;
-        // Scale and bias again for each word (registers are what bounds the
-        // block: 16 more per thread spilled at BM 256, BN 128).
+        const uint8_t* img = st + tile(ts) * kImg;
+        // Scale and bias again for each word (fewer live registers).
         const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
         __half2 s0, b0, s8, b8;
         pf::scale_bias_h2(sbw[2 * g + t / 2], s0, b0);
@@ -241,28 +248,45 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
         pf::dequant8(pf::word(lds128_whole(img + 16 * lane), i), s0, b0, w0);
         pf::dequant8(pf::word(lds128_whole(img + 512 + 16 * lane), i), s8, b8, w8);
 #pragma unroll
-        for (int j = 0; j < C::kNT; ++j) {
-          pf::mma_f16(acc[ts][j], w0[0], w8[0], w0[1], w8[1], x[j].x, x[j].y);
-          pf::mma_f16(acc[ts][j], w0[2], w8[2], w0[3], w8[3], x[j].z, x[j].w);
+        for (int h = 0; h < 2; ++h) {
+          af[ts][h][0] = w0[2 * h], af[ts][h][1] = w8[2 * h];
+          af[ts][h][2] = w0[2 * h + 1], af[ts][h][3] = w8[2 * h + 1];
         }
       }
+#pragma unroll
+      for (int ts = 0; ts < C::kTPW; ++ts) wg::fence_operand(acc[ts]);
+      wg::fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int ks = 2 * i + h;  // atom column ks / 4, 32 bytes a step within it
+        const uint64_t desc = wg::sw128_desc(bs + (ks / 4) * BN * 128 + (ks % 4) * 32);
+#pragma unroll
+        for (int ts = 0; ts < C::kTPW; ++ts) wg::mma_f16<BN>(acc[ts], af[ts][h], desc);
+      }
+      wg::commit();
+#pragma unroll
+      for (int ts = 0; ts < C::kTPW; ++ts) wg::fence_operand(acc[ts]);
+      wg::wait<1>();
     }
   }
+  wg::wait<0>();
+#pragma unroll
+  for (int ts = 0; ts < C::kTPW; ++ts) wg::fence_operand(acc[ts]);
   cp_async_wait<0>();
 
-  // Epilogue: acc[ts][j][c] is weight row m0 + BM/kWM wm + 16 ts + g (+8 for
-  // c >= 2) of slot row0 + wn BN/kWN + 8 j + 2 t (+1 for odd c).
+  // Epilogue: acc[ts][4 j + c] is weight row m0 + 16 tile(ts) + g (+8 for
+  // c >= 2) of slot row0 + 8 j + 2 t (+1 for odd c).
 #pragma unroll
   for (int ts = 0; ts < C::kTPW; ++ts) {
-    const int m16 = b.m0 + (BM / C::kWM) * wm + 16 * ts, m = m16 + g;
+    const int m16 = b.m0 + 16 * tile(ts), m = m16 + g;
 #pragma unroll
-    for (int j = 0; j < C::kNT; ++j)
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int jj = wn * (BN / C::kWN) + 8 * j + 2 * t + e;
+        const int jj = 8 * j + 2 * t + e;
         if (jj >= b.rows) continue;
         const int slot = b.row0 + jj;
-        const float sc = bscale[jj], v0 = acc[ts][j][e] * sc, v8 = acc[ts][j][2 + e] * sc;
+        const float sc = bscale[jj], v0 = acc[ts][4 * j + e] * sc, v8 = acc[ts][4 * j + 2 + e] * sc;
         if (split > 1) {  // the K range's part, summed by split_reduce_kernel
           float* w = a.work + (size_t(blockIdx.z) * a.n + slot) * a.group_rows;
           if (m < a.group_rows) w[m] = v0;
@@ -273,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
           const int f = m16 / 2 + g, I = a.group_rows / 2;
           if (f < I) {
             const float y = fminf(fmaxf(siluf(v0) * v8, -65504.0f), 65504.0f);
-            a.act[size_t(slot) * I + staged_col(f)] = __half_as_ushort(__float2half_rn(y));
+            a.act[size_t(slot) * I + staged_col(f, I)] = __half_as_ushort(__float2half_rn(y));
           }
         } else {
           const float wgt = OUT == GemmOut::weighted ? a.row_w[slot] : 1.0f;

@@ -4,9 +4,8 @@
 // CPU twin and a test in tests/cuda/test_cuda_prefill*.cpp.
 //
 // Activations between the kernels: the residual stream h is fp32 [T][D]; the
-// input of every 4-bit GEMM is "staged": fp16 [rows][K] with each 8-column
-// unit stored in the order 0,4,1,5,2,6,3,7 (the order the GEMM's dequantised
-// weight pairs come out in, so a B fragment is one 16-byte load), each row
+// input of every 4-bit GEMM is "staged": fp16 [rows][K] with the columns of
+// each 128 in the k order of the GEMM's wgmma steps (staged_col), each row
 // multiplied by a power of two that puts its largest |value| in [2^14, 2^15)
 // (fp16 keeps 11 significant bits over the row's whole range; the GEMM's
 // epilogue multiplies the row's sums back by `xscale`).
@@ -20,9 +19,18 @@
 
 namespace tern::cuda {
 
-// Where column c of a staged row is stored.
-__host__ __device__ constexpr int staged_col(int c) {
-  return (c & ~7) | ((c & 3) << 1) | ((c >> 2) & 1);
+// Where column c of a staged row of K columns is stored. Lane quad t of the
+// GEMM's warps holds the weights of columns 32 t + 8 i + j of a round of 128
+// (word i, code j) and dequantises them in pairs (j, j + 4) into A fragments:
+// k step 2 i + h takes codes 2 h (k 2 t, 2 t + 1: codes j, j + 4) and 2 h + 1
+// (k 2 t + 8, 2 t + 9). A round is stored in that k order, so that wgmma reads
+// B as a plain K-major matrix; a last round of 64 columns (t < 2) is stored
+// packed, half of each 16-byte chunk, and the GEMM fills the other half with 0.
+__host__ __device__ constexpr int staged_col(int c, int K) {
+  const int r = c / 128, t = c % 128 / 32, i = c % 32 / 8, j = c % 8;
+  const int n = 128 * (r + 1) <= K ? 4 : 2;  // lane quads the round has
+  const int h = (j >> 1) & 1, b = j & 1, e = j >> 2;
+  return 128 * r + 8 * n * i + 4 * n * h + 2 * n * b + 2 * t + e;
 }
 
 // --- Staging (prefill_act.cu) ---------------------------------------------
