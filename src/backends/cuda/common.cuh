@@ -110,10 +110,16 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // Asynchronous copies into shared memory (cp.async): a thread waits only for
 // its own groups, so data a thread copies and reads back itself needs no
 // barrier. `valid` false zero-fills the destination.
-// 16 bytes into shared memory, the first `bytes` (0, 4, 8 or 16) from src and the rest zeros.
+// 16 bytes into shared memory (dst and src 16-aligned), the first `bytes` (0, 4, 8 or
+// 16) from src and the rest zeros.
 __device__ __forceinline__ void cp_async16_fill(void* dst, const void* src, int bytes) {
   const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+}
+// 8 bytes (dst and src 8-aligned), the first `bytes` (0, 4 or 8) from src and the rest zeros.
+__device__ __forceinline__ void cp_async8_fill(void* dst, const void* src, int bytes) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
   cp_async16_fill(dst, src, valid ? 16 : 0);

@@ -165,14 +165,21 @@ struct Loader {
         }
       }
     }
-    // A last round of 64 columns is staged packed (staged_col): half a chunk.
+    // A last round of 64 columns is staged packed (staged_col): 8 bytes a
+    // chunk, then 8 of zeros.
     const bool full = kTileRound * (r + 1) <= K;
-    const int col = kTileRound * r + (full ? b_col : b_col / 2), bytes = full ? 16 : 8;
+    const int col = kTileRound * r + (full ? b_col : b_col / 2);
 #pragma unroll
     for (int m = 0; m < BN / 16; ++m) {
       const uint16_t* row = brow[int(threadIdx.x) / 16 + 16 * m];
-      cp_async16_fill(stage + b_dst + m * 16 * 128, row != nullptr ? row + col : a.x,
-                      row != nullptr ? bytes : 0);
+      uint8_t* dst = stage + b_dst + m * 16 * 128;
+      const uint16_t* src = row != nullptr ? row + col : a.x;
+      if (full) {
+        cp_async16_fill(dst, src, row != nullptr ? 16 : 0);
+      } else {
+        cp_async8_fill(dst, src, row != nullptr ? 8 : 0);
+        cp_async8_fill(dst + 8, a.x, 0);
+      }
     }
   }
 };
