@@ -214,12 +214,11 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   const int all_rounds = (K + kTileRound - 1) / kTileRound, split = int(gridDim.z);
   const int per = (all_rounds + split - 1) / split, rb = int(blockIdx.z) * per;
   const int rounds = max(0, min(all_rounds, rb + per) - rb);
-  // Rounds r + 1, r + 2 in flight while round r is computed: the stage round
-  // r + 2 goes to was last read in round r - 2, whose wgmmas every thread has
-  // waited for before the barrier of round r (a thread leaves at most its last
-  // group of a round in flight).
+  // Rounds r + 1..r + 3 in flight while round r is computed: the stage round
+  // r + 3 goes to was last read in round r - 1, whose wgmmas every thread has
+  // waited for before the barrier of round r.
 #pragma unroll
-  for (int s = 0; s < C::kStages - 2; ++s) {
+  for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < rounds) ld.load(a, smem + s * C::kStage, rb + s, arow);
     cp_async_commit();
   }
@@ -230,11 +229,11 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   const auto tile = [&](int ts) { return 4 * (C::kTPW * wg + ts) + wi; };
   float acc[C::kTPW][BN / 2] = {};
   for (int r = 0; r < rounds; ++r) {
-    cp_async_wait<C::kStages - 3>();
+    cp_async_wait<C::kStages - 2>();
     wg::fence_smem();
     __syncthreads();
     {
-      const int next = r + C::kStages - 2;
+      const int next = r + C::kStages - 1;
       if (next < rounds) ld.load(a, smem + (next % C::kStages) * C::kStage, rb + next, arow);
       cp_async_commit();
     }
@@ -273,10 +272,13 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
       wg::commit();
 #pragma unroll
       for (int ts = 0; ts < C::kTPW; ++ts) wg::fence_operand(acc[ts]);
-      wg::wait<1>();
+      // One group in flight while the next word is dequantised; none past the round.
+      if (i < 3)
+        wg::wait<1>();
+      else
+        wg::wait<0>();
     }
   }
-  wg::wait<0>();
 #pragma unroll
   for (int ts = 0; ts < C::kTPW; ++ts) wg::fence_operand(acc[ts]);
   cp_async_wait<0>();
