@@ -212,15 +212,15 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                        : T <= 32           ? 32
                        : T <= 512          ? 64
                                            : 128;
-  // By the mean rows an expert (T top_k / E): 64 measured faster than 128 at
-  // 512, 4K and 32K tokens (bench/results, 175a7da); 32 faster than 64 at 1K,
-  // 2K and 4K (32, 64, 128 rows an expert: 24,387 / 28,091 / 29,625 against
-  // 21,387 / 26,245 / 28,336 tok/s, 1a8c899 and 65282e8).
+  // By the mean rows an expert (T top_k / E). On the wgmma GEMM (6ae8786+),
+  // tok/s with tiles of 32 / 64 / 128 slots: 1K 27,654 / 25,293 / 22,409; 2K
+  // 32,546 / 31,868 / 31,627; 4K 33,483 / 33,424 / 34,707; 8K 33,414 /
+  // 33,813 / 35,442 (bench/results).
   const int per_expert = T * c.top_k / E;
-  const int moe_bn = popt_.moe_bn != 0   ? popt_.moe_bn
-                     : per_expert <= 10  ? 16
-                     : per_expert <= 128 ? 32
-                                         : 64;
+  const int moe_bn = popt_.moe_bn != 0  ? popt_.moe_bn
+                     : per_expert <= 10 ? 16
+                     : per_expert <= 64 ? 32
+                                        : 128;
   auto stage = [&](StageArgs a, PrefillPhase ph, const char* what) {
     a.out = b.x16, a.xscale = b.xscale, a.eps = c.rms_eps;
     check(stage_rows(a, st), "prefill staging");

@@ -239,20 +239,28 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
     }
     const uint8_t* st = smem + (r % C::kStages) * C::kStage;
     const uint32_t bs = smem_addr(st + C::kABytes);
+    // The lane's codes of the round (rows g and g + 8, 32 columns each) and
+    // their groups' scale and bias, loaded once; the words dequantised in turn.
+    uint4 code[C::kTPW][2];
+    __half2 sc[C::kTPW][2], bi[C::kTPW][2];
+#pragma unroll
+    for (int ts = 0; ts < C::kTPW; ++ts) {
+      const uint8_t* img = st + tile(ts) * kImg;
+      const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        code[ts][v] = lds128_whole(img + 512 * v + 16 * lane);
+        pf::scale_bias_h2(sbw[2 * (g + 8 * v) + t / 2], sc[ts][v], bi[ts][v]);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t af[C::kTPW][2][4];  // k steps 2 i, 2 i + 1 of each tile
 #pragma unroll
       for (int ts = 0; ts < C::kTPW; ++ts) {
-        const uint8_t* img = st + tile(ts) * kImg;
-        // Scale and bias again for each word (fewer live registers).
-        const uint32_t* sbw = reinterpret_cast<const uint32_t*>(img + 1024);
-        __half2 s0, b0, s8, b8;
-        pf::scale_bias_h2(sbw[2 * g + t / 2], s0, b0);
-        pf::scale_bias_h2(sbw[2 * (g + 8) + t / 2], s8, b8);
         uint32_t w0[4], w8[4];  // rows g and g + 8: pairs of word i
-        pf::dequant8(pf::word(lds128_whole(img + 16 * lane), i), s0, b0, w0);
-        pf::dequant8(pf::word(lds128_whole(img + 512 + 16 * lane), i), s8, b8, w8);
+        pf::dequant8(pf::word(code[ts][0], i), sc[ts][0], bi[ts][0], w0);
+        pf::dequant8(pf::word(code[ts][1], i), sc[ts][1], bi[ts][1], w8);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           af[ts][h][0] = w0[2 * h], af[ts][h][1] = w8[2 * h];
