@@ -1,29 +1,28 @@
 // The prefill's 4-bit GEMM: y = x . W^T for a chunk of staged activation rows
-// (prefill_kernels.h), dense or grouped by expert, on tensor cores. Shapes: W
-// [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16 staged; a block
-// computes BM = 128 or 256 weight rows (8 or 16 tiles of 16) by BN = 16, 32, 64
-// or 128 slots and walks K a round (128 columns) at a time through a ring of 4
-// shared-memory stages filled by cp.async.
+// (prefill_kernels.h), dense or grouped by expert, on Hopper's warpgroup mma
+// (wgmma.cuh). Shapes: W [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16
+// staged; a block computes BM = 128 or 256 weight rows (8 or 16 tiles of 16)
+// by BN = 16, 32, 64 or 128 slots and walks K a round (128 columns) at a time
+// through a ring of 4 shared-memory stages filled by cp.async, three ahead.
 //
-// Weights: each stage holds the round's BM / 16 tile images (kernels.h's tile
-// layout, 1,152 bytes each: lane (g, t)'s 16 bytes of codes of rows g and
-// g + 8, then the 16 rows' scale|bias words). Matrices in the tile layout are
-// copied as they are; MLX-layout matrices (shapes with no tile layout, e.g.
-// K % 128 == 64) are gathered into the same image, so one compute path serves
-// both. Lane (g, t) turns word i of its codes into 4 fp16 pairs of s q + b
-// (pf::dequant8: 13 instructions for 8 weights), which are the A fragments of
-// two k16 steps; the contraction is order-free, so the staged activation is
-// stored in the matching order and a B fragment pair is one 16-byte load.
+// Weights (A, from registers): each stage holds the round's BM / 16 tile
+// images (kernels.h's tile layout, 1,152 bytes each: lane (g, t)'s 16 bytes of
+// codes of rows g and g + 8, then the 16 rows' scale|bias words). Matrices in
+// the tile layout are copied as they are; MLX-layout matrices (shapes with no
+// tile layout, e.g. K % 128 == 64) are gathered into the same image, so one
+// compute path serves both. Lane (g, t) turns word i of its codes into 4 fp16
+// pairs of s q + b (pf::dequant8: 13 instructions for 8 weights), which are
+// its A fragments of k steps 2 i and 2 i + 1; the contraction is order-free, so
+// the staged activation is stored in that k order (staged_col) and B is a
+// plain K-major operand: 128-byte rows of 64 k, swizzled, read by descriptor.
 // No bf16/fp16 copy of a weight matrix exists outside the registers.
 //
-// Warps: 4 along the weight rows by 2 along the slots (BN / 2 each), or for
-// the narrow tiles of few rows per expert (BN 16, 32) all 8 along the rows, so
-// that no two warps dequantise the same codes; per word of codes a warp loads
-// its B fragments once and runs them against each of its tiles, so each
-// dequantised fragment feeds 2 kNT mmas and each B fragment 2 kTPW (BM = 256
-// halves the activation bytes per FLOP that a block pulls through L2). fp32 sums; the
-// epilogue scales by the row's staging factor and stores, adds, applies
-// SwiGLU (gate/up pairs) or the routing weight.
+// Warps: two warpgroups along the weight rows, each a m64 tile (BM 128) or two
+// (BM 256) by all BN slots, so each weight is dequantised once a block. Per
+// word a warpgroup issues its 2 kTPW wgmmas as one group and dequantises the
+// next word while they run. fp32 sums; the epilogue scales by the row's
+// staging factor and stores, adds, applies SwiGLU (gate/up pairs) or the
+// routing weight.
 #include <algorithm>
 
 #include "backends/cuda/prefill_kernels.h"

@@ -61,7 +61,7 @@ cudaError_t stage_rows(const StageArgs& a, cudaStream_t st);
 cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaStream_t st);
 
 // --- The 4-bit GEMM (prefill_gemm.cu) ---------------------------------------
-// y = x . W^T on tensor cores (mma m16n8k16, fp16 operands, fp32 sums): the
+// y = x . W^T on tensor cores (wgmma m64nBNk16, fp16 operands, fp32 sums): the
 // weights dequantised to fp16 in registers from either layout (tile or MLX,
 // kernels.h), `bm` weight rows by `bn` staged rows a block. The weight rows are
 // split into groups of `group_rows` (the experts of a stack; the whole matrix

@@ -1,6 +1,5 @@
 // Device helpers of the prefill kernels: the fp16 tensor-core mma (m16n8k16,
-// fp32 sums), the 4-bit dequantisation into fp16 pairs, and the swizzle of the
-// staged activation rows in shared memory.
+// fp32 sums) and the 4-bit dequantisation into fp16 pairs.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -54,15 +53,6 @@ __device__ __forceinline__ void dequant8(uint32_t w, __half2 s, __half2 b, uint3
 __device__ __forceinline__ void scale_bias_h2(uint32_t sb, __half2& s, __half2& b) {
   s = __float2half2_rn(sb_scale(sb));
   b = __float2half2_rn(sb_bias(sb));
-}
-
-// A staged row of one round (128 columns, 256 bytes) in shared memory: 16
-// pieces of 16 bytes, piece u = 4 t + i holding the columns lane quad t reads
-// at word i. Stored at 4 t + (i ^ (t & 2) ^ (row & 1)), so the 8 lanes of a
-// 16-byte load phase (rows r and r + 1, t = 0..3) hit 8 distinct bank groups.
-__device__ __forceinline__ int b_piece(int u, int row) {
-  const int t = u >> 2, i = u & 3;
-  return 4 * t + (i ^ (t & 2) ^ (row & 1));
 }
 
 __device__ __forceinline__ uint4 lds128(const void* p) {
