@@ -41,13 +41,13 @@ constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
 template <int BM, int BN>
 struct Cfg {
   static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 8;  // tiles a block, a warp
-  static constexpr int kABytes = kTilesM * kImg;                // a multiple of 1,024
+  static constexpr int kABytes = kTilesM * kImg;               // a multiple of 1,024
   static constexpr int kStages = 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
   static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN == 64) ? 2 : 1;
   // + 1,024: the stages' B atoms must be 1,024-aligned (the swizzle is by address).
-  static constexpr size_t kSmem = 1024 + size_t(kStages) * kStage +
-                                  BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
+  static constexpr size_t kSmem =
+      1024 + size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
 };
 
 // A 16-byte shared-memory load the compiler cannot narrow (a lane's code
