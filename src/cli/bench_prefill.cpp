@@ -50,8 +50,9 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
   const cuda::PrefillOptions& po = be.prefill_options();
   std::printf("bf16 matrix rate (cuBLAS 8192^3, this run): %.0f TFLOP/s%s\n", rate / 1e12,
               rate > 0 ? "" : " (no cuBLAS found: fractions left out)");
-  std::printf("prefill chunk %d tokens, GDN chunked form from %d tokens, GEMM tiles of %d rows\n",
-              po.chunk, po.chunked_from, po.gemm_bm);
+  std::printf(
+      "prefill chunk %d tokens, GDN chunked form from %d tokens, dense GEMM tiles of %d rows\n",
+      po.chunk, po.chunked_from, po.gemm_bm);
   std::printf("%9s %10s %10s %10s %9s %8s %10s\n", "prompt", "tok/s", "ms", "TFLOP", "TFLOP/s",
               "of bf16", "mem GB");
   nlohmann::json rows = nlohmann::json::array();
@@ -113,7 +114,8 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
             {"chunked_from", po.chunked_from},
             {"moe_bn", po.moe_bn},
             {"dense_bn", po.dense_bn},
-            {"gemm_bm", po.gemm_bm}}},
+            {"gemm_bm", po.gemm_bm},
+            {"moe_bm", po.moe_bm}}},
           {"prefill_tokens", "uniform random ids (seeded), fresh sequence per repeat"},
           {"prefill", rows}};
 #endif

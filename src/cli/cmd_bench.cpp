@@ -54,7 +54,8 @@ struct BenchOptions {
   std::string command;
   // CUDA prompt processing: --split, and the prefill options (0: the backend's default).
   bool split = false;
-  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0, step_below = 0;
+  int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0, moe_bm = 0,
+      step_below = 0;
 };
 
 // The lengths asked for; decode at 256..4096 when neither flag is given.
@@ -144,7 +145,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
         o.backend, o.dummy);
   if (o.model.empty()) fail("tern bench: give --model");
   if (o.sample || !o.leave_out.empty() || !o.trace.empty() || o.split || o.prefill_chunk ||
-      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm || o.step_below)
+      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm || o.moe_bm || o.step_below)
     fail(
         "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
         "the CUDA backend");
@@ -239,6 +240,7 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   if (o.step_below > 0) po.step_below = o.step_below;
   po.moe_bn = o.moe_bn, po.dense_bn = o.dense_bn;
   if (o.gemm_bm > 0) po.gemm_bm = o.gemm_bm;
+  if (o.moe_bm > 0) po.moe_bm = o.moe_bm;
   be->set_prefill_options(po);
   nlohmann::json prefill;
   if (!l.prefill.empty())
@@ -390,8 +392,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--prefill-step-below", o->step_below,
                   "CUDA: calls of fewer tokens run the decode step token by token")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--gemm-bm", o->gemm_bm, "CUDA: GEMM weight rows a tile, 128 or 256")
+  cmd->add_option("--gemm-bm", o->gemm_bm, "CUDA: dense GEMM weight rows a tile, 128 or 256")
       ->check(CLI::IsMember({128, 256}));
+  cmd->add_option("--moe-bm", o->moe_bm,
+                  "CUDA: grouped MoE GEMM weight rows a tile, 128 or 256 (0: auto)")
+      ->check(CLI::IsMember({0, 128, 256}));
   return [o, cmd] {
     o->command = "tern bench";
     for (const auto& s : cmd->remaining(true)) o->command += " " + s;

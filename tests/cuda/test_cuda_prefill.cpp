@@ -77,7 +77,7 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
   EXPECT_LE(max_diff(at_once, by_token), 1e-3f * max_abs(want)) << "at once vs token by token";
   for (const auto& [bn, bm] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{128, 256}}) {
     cuda::PrefillOptions tiles;
-    tiles.moe_bn = bn, tiles.dense_bn = bn, tiles.gemm_bm = bm;
+    tiles.moe_bn = bn, tiles.dense_bn = bn, tiles.gemm_bm = bm, tiles.moe_bm = bm;
     expect_close(run(tiles, {}), want,
                  "tiles of " + std::to_string(bm) + " x " + std::to_string(bn));
   }

@@ -71,7 +71,8 @@ struct PrefillOptions {
   int chunked_from = 128;
   int moe_bn = 0;     // grouped GEMM slots a tile, 16, 32, 64 or 128; 0: by rows per expert
   int dense_bn = 0;   // dense GEMM slots a tile, 16, 32, 64 or 128; 0: by the chunk's tokens
-  int gemm_bm = 256;  // GEMM weight rows a tile, 128 or 256
+  int gemm_bm = 256;  // dense GEMM weight rows a tile, 128 or 256
+  int moe_bm = 0;     // grouped GEMM weight rows a tile, 128 or 256; 0: with moe_bn's choice
 };
 // Seconds per prefill phase (tern bench --prefill's split), accumulated while
 // set: CUDA events between the phases' launches.

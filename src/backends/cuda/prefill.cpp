@@ -68,11 +68,12 @@ class PhaseMarks {
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
   if (o.chunk < 1 || o.step_below < 1 || o.chunked_from < 1 ||
       (o.moe_bn != 0 && !gemm_bn_valid(o.moe_bn)) ||
-      (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn)) || (o.gemm_bm != 128 && o.gemm_bm != 256))
+      (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn)) || (o.gemm_bm != 128 && o.gemm_bm != 256) ||
+      (o.moe_bm != 0 && o.moe_bm != 128 && o.moe_bm != 256))
     fail(
         "prefill options: chunk {}, step_below {}, chunked_from {}, moe_bn {}, dense_bn {}, "
-        "gemm_bm {}",
-        o.chunk, o.step_below, o.chunked_from, o.moe_bn, o.dense_bn, o.gemm_bm);
+        "gemm_bm {}, moe_bm {}",
+        o.chunk, o.step_below, o.chunked_from, o.moe_bn, o.dense_bn, o.gemm_bm, o.moe_bm);
   popt_ = o;
 }
 
@@ -212,15 +213,15 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                        : T <= 32           ? 32
                        : T <= 512          ? 64
                                            : 128;
-  // By the mean rows an expert (T top_k / E). On the wgmma GEMM (6ae8786+),
-  // tok/s with tiles of 32 / 64 / 128 slots: 1K 27,654 / 25,293 / 22,409; 2K
-  // 32,546 / 31,868 / 31,627; 4K 33,483 / 33,424 / 34,707; 8K 33,414 /
-  // 33,813 / 35,442 (bench/results).
+  // By the mean rows an expert (T top_k / E). On the wgmma GEMM, 87c4224's
+  // MoE GEMM ms at 2K / 4K: 256 rows by 32 slots 22.2 / -, by 128 - / 39.0; 128
+  // rows by 64 slots 20.6 / 34.7 (two blocks an SM; bench/results).
   const int per_expert = T * c.top_k / E;
   const int moe_bn = popt_.moe_bn != 0  ? popt_.moe_bn
                      : per_expert <= 10 ? 16
-                     : per_expert <= 64 ? 32
-                                        : 128;
+                     : per_expert <= 32 ? 32
+                                        : 64;
+  const int moe_bm = popt_.moe_bm != 0 ? popt_.moe_bm : moe_bn == 64 ? 128 : 256;
   auto stage = [&](StageArgs a, PrefillPhase ph, const char* what) {
     a.out = b.x16, a.xscale = b.xscale, a.eps = c.rms_eps;
     check(stage_rows(a, st), "prefill staging");
@@ -344,14 +345,14 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
     up.W = L.gate_up, up.group_rows = 2 * I, up.pair = L.gate_up.tiles != nullptr ? 0 : I;
     up.x = b.x16, up.xrow = b.slot_row, up.xscale = b.xscale, up.map = b.map;
     up.map_count = b.map_count, up.max_tiles = tiles, up.out = GemmOut::swiglu, up.act = b.act;
-    up.bn = moe_bn, up.bm = popt_.gemm_bm;
+    up.bn = moe_bn, up.bm = moe_bm;
     check(prefill_gemm(up, st), "prefill experts gate/up");
     mark(PrefillPhase::moe_gemm, "gate_up");
     GemmArgs down;
     down.W = L.down, down.group_rows = D, down.x = b.act, down.map = b.map;
     down.map_count = b.map_count, down.max_tiles = tiles, down.out = GemmOut::weighted;
     down.y = b.y, down.ldy = D, down.row_w = b.slot_w, down.bn = moe_bn;
-    down.bm = popt_.gemm_bm;
+    down.bm = moe_bm;
     check(prefill_gemm(down, st), "prefill experts down");
     mark(PrefillPhase::moe_gemm, "down");
     check(moe_combine(b.y, b.token_slot, T, K1, D, b.h, st), "prefill combine");
