@@ -27,6 +27,7 @@
 #include "cli/bench_prefill.h"
 #include "cli/bench_timing.h"
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "cli/plot.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -49,7 +50,7 @@ struct BenchOptions {
   std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
-  bool sample = false;
+  bool sample = false, mmap = false;
   std::vector<std::string> leave_out;
   std::string command;
   // CUDA prompt processing: --split, and the prefill options (0: the backend's default).
@@ -149,7 +150,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
     fail(
         "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
         "the CUDA backend");
-  auto w = load_model(o.model, WeightMode::q4);
+  auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
   auto be = make_backend(o.backend, w);
   const ModelConfig& c = be->config();
   const auto* fast = dynamic_cast<const FastCpuBackend*>(be.get());
@@ -337,6 +338,7 @@ Runner add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prompt and decode speed by length (CPU or CUDA)");
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("--model", o->model, "Checkpoint folder");
+  cli::add_mmap_flag(cmd, o->mmap);
   cmd->add_option("--dummy", o->dummy,
                   "Random weights of a preset shape, made on the GPU (35b-a3b, tiny; CUDA only)");
   cmd->add_option("--backend", o->backend,

@@ -11,6 +11,17 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
                   "cpu (fast), cpu-ref (the fp32 reference the tests pin) or cuda")
       ->check(CLI::IsMember({"cpu", "cpu-ref", "cuda"}));
   cmd->add_option("--weights", o.weights, "q4 or bf16")->check(CLI::IsMember({"q4", "bf16"}));
+  add_mmap_flag(cmd, o.mmap);
+}
+
+void add_mmap_flag(CLI::App* cmd, bool& mmap) {
+  cmd->add_flag("--mmap", mmap,
+                "cpu backend: map the checkpoint files instead of reading them into 2 MB pages "
+                "(starts faster and shares the page cache; decode ~1.3x slower)");
+}
+
+Residency residency_for(const std::string& backend, bool mmap) {
+  return backend == "cpu" && !mmap ? Residency::huge_pages : Residency::mapped;
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& p) {
@@ -25,8 +36,9 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& p) {
 }
 
 std::shared_ptr<ModelWeights> load_weights(const ModelOptions& o) {
-  auto w = load_model(o.model, weight_mode_from_name(o.weights));
-  if (w->store) {  // read it all now (with progress), not page by page in the first requests
+  auto w = load_model(o.model, weight_mode_from_name(o.weights), residency_for(o.backend, o.mmap));
+  // Read a mapped checkpoint in now (with progress), not page by page in the first requests.
+  if (w->store && w->store->residency() == Residency::mapped) {
     Progress p("loading " + o.model, w->store->mapped_bytes());
     w->store->prefault(p);
   }

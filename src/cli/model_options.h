@@ -13,9 +13,16 @@ namespace tern::cli {
 
 struct ModelOptions {
   std::string model, backend = "cpu", weights = "q4";
+  bool mmap = false;  // cpu: map the checkpoint, not read it into 2 MB pages
 };
 
+// How the cpu backend holds the checkpoint (2 MB pages unless --mmap); the
+// others map it (the CUDA backend copies it to the GPU, the reference is the
+// tests' baseline).
+Residency residency_for(const std::string& backend, bool mmap);
+
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);
+void add_mmap_flag(CLI::App* cmd, bool& mmap);  // --mmap (also tern bench's)
 // --temperature, --top-k, --top-p, --min-p, the penalties and --seed.
 void add_sampling_options(CLI::App* cmd, SamplingParams& p);
 

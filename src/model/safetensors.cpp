@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -83,7 +86,62 @@ std::string TensorView::shape_str() const {
   return shape_to_string(shape);
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+
+// A private anonymous region of `bytes` advised into 2 MB pages, 2 MB-aligned
+// (the region is one huge page longer); nullptr if either step fails.
+uint8_t* huge_region(size_t bytes, void*& region, size_t& region_size) {
+  region_size = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+  region = ::mmap(nullptr, region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED) {
+    region = nullptr;
+    return nullptr;
+  }
+  auto* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(region) + kHugePage - 1) /
+                                       kHugePage * kHugePage);
+  if (::madvise(a, region_size - kHugePage, MADV_HUGEPAGE) != 0) {
+    ::munmap(region, region_size);
+    region = nullptr;
+    return nullptr;
+  }
+  return a;
+}
+
+// /proc/meminfo's MemAvailable in bytes (0 where unreadable).
+size_t memory_available() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  std::fclose(f);
+  return size_t(kb) * 1024;
+}
+
+// Why huge pages cannot hold `bytes` here, or "" if they can.
+std::string huge_pages_unusable(size_t bytes) {
+  std::string mode;
+  if (FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr) mode = buf;
+    std::fclose(f);
+  }
+  if (mode.empty() || mode.find("[never]") != std::string::npos)
+    return "transparent huge pages are off";
+  const size_t avail = memory_available();
+  if (bytes > avail / 10 * 9)
+    return fmt::format("the checkpoint's {:.1f} GB would not fit in the {:.1f} GB available",
+                       double(bytes) / 1e9, double(avail) / 1e9);
+  return "";
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path, Residency r, Progress* read)
+    : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) fail("cannot open checkpoint file {}", path);
   struct stat st {};
@@ -96,13 +154,32 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ::close(fd);
     fail("{}: truncated safetensors file ({} bytes, no header)", path, size_);
   }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    fail("cannot mmap {}", path);
+  uint8_t* copy = r == Residency::huge_pages ? huge_region(size_, region_, region_size_) : nullptr;
+  if (copy != nullptr) {
+    mapped_ = false;
+    data_ = copy;
+    for (size_t off = 0; off < size_;) {
+      const ssize_t n =
+          ::pread(fd, copy + off, std::min(size_ - off, size_t(64) << 20), off_t(off));
+      if (n <= 0) {
+        ::close(fd);
+        fail("cannot read {} at byte {}", path, off);
+      }
+      off += size_t(n);
+      if (read != nullptr) read->add(size_t(n));
+    }
+  } else {
+    region_size_ = size_;
+    region_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (region_ == MAP_FAILED) {
+      region_ = nullptr;
+      ::close(fd);
+      fail("cannot mmap {}", path);
+    }
+    data_ = static_cast<const uint8_t*>(region_);
   }
-  const auto* base = static_cast<const uint8_t*>(map_);
+  ::close(fd);
+  const uint8_t* base = data_;
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
   if (header_len > size_ - 8)
@@ -158,10 +235,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
+  if (region_) ::munmap(region_, region_size_);
 }
 
-TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
+TensorStore::TensorStore(const std::string& dir, Residency r) : dir_(dir), residency_(r) {
   if (!fs::is_directory(dir)) fail("checkpoint folder {} does not exist", dir);
   fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> shards;
@@ -185,10 +262,24 @@ TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
   } else {
     fail("{}: no model.safetensors or model.safetensors.index.json", dir);
   }
+  size_t total = 0;
   for (const std::string& shard : shards) {
     fs::path p = fs::path(dir) / shard;
     if (!fs::exists(p)) fail("{}: shard {} listed in the index is missing", dir, shard);
-    files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    total += size_t(fs::file_size(p));
+  }
+  if (residency_ == Residency::huge_pages) {
+    if (const std::string why = huge_pages_unusable(total); !why.empty()) {
+      spdlog::warn("{}: mapping the checkpoint, not reading it into 2 MB pages: {}", dir, why);
+      residency_ = Residency::mapped;
+    }
+  }
+  std::unique_ptr<Progress> read;
+  if (residency_ == Residency::huge_pages)
+    read = std::make_unique<Progress>("reading " + dir + " into 2 MB pages", total);
+  for (const std::string& shard : shards) {
+    fs::path p = fs::path(dir) / shard;
+    files_.push_back(std::make_unique<SafetensorsFile>(p.string(), residency_, read.get()));
     for (const auto& [name, view] : files_.back()->tensors()) {
       if (!index_.emplace(name, &view).second)
         fail("{}: tensor {} appears in more than one shard", dir, name);
@@ -219,10 +310,10 @@ std::vector<std::string> TensorStore::names() const {
 }
 
 void SafetensorsFile::prefault(Progress& p) const {
-  if (map_ == nullptr) return;
-  const auto* b = static_cast<const volatile uint8_t*>(map_);
+  if (!mapped_ || region_ == nullptr) return;
+  const auto* b = static_cast<const volatile uint8_t*>(data_);
   constexpr size_t kPage = 4096, kStep = size_t(64) << 20;
-  madvise(map_, size_, MADV_WILLNEED);
+  madvise(region_, size_, MADV_WILLNEED);
   for (size_t off = 0; off < size_; off += kStep) {
     const size_t end = std::min(size_, off + kStep);
     for (size_t i = off; i < end; i += kPage) (void)b[i];

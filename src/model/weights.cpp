@@ -297,11 +297,11 @@ size_t ModelWeights::total_weight_bytes() const {
   return b;
 }
 
-std::shared_ptr<ModelWeights> load_model(const std::string& dir, WeightMode mode) {
+std::shared_ptr<ModelWeights> load_model(const std::string& dir, WeightMode mode, Residency r) {
   if (!fs::is_directory(dir)) fail("checkpoint folder {} does not exist", dir);
   auto mw = std::make_shared<ModelWeights>();
   mw->cfg = load_config((fs::path(dir) / "config.json").string());
-  mw->store = std::make_unique<TensorStore>(dir);
+  mw->store = std::make_unique<TensorStore>(dir, r);
   Loader(*mw->store, *mw, mode).load();
   spdlog::info("loaded {} ({} layout, {} layers, {:.2f} GB of weights{})", dir, mw->layout,
                mw->cfg.n_layers, double(mw->total_weight_bytes()) / 1e9,

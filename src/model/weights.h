@@ -61,6 +61,7 @@ struct ModelWeights {
   size_t total_weight_bytes() const;
 };
 
-std::shared_ptr<ModelWeights> load_model(const std::string& dir, WeightMode mode);
+std::shared_ptr<ModelWeights> load_model(const std::string& dir, WeightMode mode,
+                                         Residency r = Residency::mapped);
 
 }  // namespace tern

@@ -92,6 +92,30 @@ TEST(Model, PrefillChunkingAndDecodeGiveTheSameLogits) {
     EXPECT_LE(test::max_abs_diff(score_tokens(b, toks, chunk), whole), bound) << chunk;
 }
 
+// The checkpoint read into 2 MB pages holds the mapped one's bytes, and the
+// model on it gives the same logits. Where this machine has transparent huge
+// pages on, the store must not have fallen back to mapping.
+TEST(Model, HugePageResidencyHoldsTheSameCheckpoint) {
+  const std::string dir = test::tiny_checkpoint(Layout::mlx4, 8);
+  TensorStore mapped(dir), huge(dir, Residency::huge_pages);
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  const std::string mode((std::istreambuf_iterator<char>(thp)), {});
+  if (!mode.empty() && mode.find("[never]") == std::string::npos) {
+    EXPECT_EQ(huge.residency(), Residency::huge_pages) << mode;
+  }
+  ASSERT_EQ(huge.names(), mapped.names());
+  for (const std::string& n : mapped.names()) {
+    const TensorView &a = mapped.get(n), &b = huge.get(n);
+    ASSERT_EQ(a.shape, b.shape) << n;
+    ASSERT_EQ(a.nbytes, b.nbytes) << n;
+    EXPECT_NE(a.data, b.data) << n;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << n;
+  }
+  auto toks = test::random_tokens(30, 1024, 2);
+  CpuBackend on_pages(load_model(dir, WeightMode::q4, Residency::huge_pages));
+  EXPECT_EQ(score_tokens(on_pages, toks, 0), logits_of(dir, WeightMode::q4, toks));
+}
+
 TEST(Model, DummyIsDeterministicAndWellScaled) {
   const std::string a = test::tiny_checkpoint(Layout::mlx4, 5);
   const std::string b = test::scratch_dir("again");
