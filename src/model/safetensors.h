@@ -39,7 +39,7 @@ std::string shape_to_string(const std::vector<int64_t>& shape);
 // Where a checkpoint's bytes live. mapped: the file's pages (the page cache,
 // shared and evictable; 4 KB pages). huge_pages: a private copy in anonymous
 // memory advised into 2 MB pages (transparent huge pages), which a CPU decode
-// step streams with far fewer TLB misses (docs/cpu-backend.md: 1.26-1.30x).
+// step streams with far fewer TLB misses (docs/cpu-backend.md: +3-13%).
 enum class Residency { mapped, huge_pages };
 
 // One safetensors file.
