@@ -132,6 +132,7 @@ std::string huge_pages_unusable(size_t bytes) {
   if (mode.empty() || mode.find("[never]") != std::string::npos)
     return "transparent huge pages are off";
   const size_t avail = memory_available();
+  if (avail == 0) return "/proc/meminfo gives no MemAvailable";
   if (bytes > avail / 10 * 9)
     return fmt::format("the checkpoint's {:.1f} GB would not fit in the {:.1f} GB available",
                        double(bytes) / 1e9, double(avail) / 1e9);

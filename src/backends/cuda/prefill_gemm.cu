@@ -37,6 +37,7 @@ constexpr int kThreads = 256;
 constexpr int kImg = kTileRoundBytes;      // a tile's round
 constexpr int kPiecesA = kImg / 16;        // 72 16-byte pieces a tile round
 constexpr int kRowBytes = kTileRound * 2;  // a staged row's round in fp16
+constexpr int kAtomRow = 128;              // a B row of a swizzle atom: 64 k in fp16
 
 template <int BM, int BN>
 struct Cfg {
@@ -112,7 +113,7 @@ struct Loader {
   const uint8_t* a_base = nullptr;
   int a_stride = 0, a_rows = 0;  // bytes a tile; tiles of the group left from m0
   const uint16_t* const* brow;
-  int b_dst, b_col;
+  int b_dst, b_chunk;
 
   __device__ Loader(const GemmArgs& a, const Block& b, const uint16_t* const* brow_) : brow(brow_) {
     const int tid = int(threadIdx.x);
@@ -124,8 +125,8 @@ struct Loader {
     // Chunk u (k 8 u..8 u + 7 of the round) of rows j0 + 16 m: 128-byte rows
     // of 64 k in two atom columns, the chunk swizzled by the row.
     const int u = tid % 16, j0 = tid / 16;
-    b_dst = kABytes + (u / 8) * BN * 128 + j0 * 128 + 16 * ((u % 8) ^ (j0 % 8));
-    b_col = 8 * u;
+    b_dst = kABytes + (u / 8) * BN * kAtomRow + j0 * kAtomRow + 16 * ((u % 8) ^ (j0 % 8));
+    b_chunk = u;
   }
 
   // Round r's copies into `stage` (not committed).
@@ -167,11 +168,11 @@ struct Loader {
     // A last round of 64 columns is staged packed (staged_col): 8 bytes a
     // chunk, then 8 of zeros.
     const bool full = kTileRound * (r + 1) <= K;
-    const int col = kTileRound * r + (full ? b_col : b_col / 2);
+    const int col = kTileRound * r + (full ? 8 : 4) * b_chunk;
 #pragma unroll
     for (int m = 0; m < BN / 16; ++m) {
       const uint16_t* row = brow[int(threadIdx.x) / 16 + 16 * m];
-      uint8_t* dst = stage + b_dst + m * 16 * 128;
+      uint8_t* dst = stage + b_dst + m * 16 * kAtomRow;
       const uint16_t* src = row != nullptr ? row + col : a.x;
       if (full) {
         cp_async16_fill(dst, src, row != nullptr ? 16 : 0);
@@ -272,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int ks = 2 * i + h;  // atom column ks / 4, 32 bytes a step within it
-        const uint64_t desc = wg::sw128_desc(bs + (ks / 4) * BN * 128 + (ks % 4) * 32);
+        const uint64_t desc = wg::sw128_desc(bs + (ks / 4) * BN * kAtomRow + (ks % 4) * 32);
 #pragma unroll
         for (int ts = 0; ts < C::kTPW; ++ts) wg::mma_f16<BN>(acc[ts], af[ts][h], desc);
       }
