@@ -3,21 +3,20 @@
 //
 // attn_prep: a block a token, a warp a head, 8 dims a lane: q and k RMSNorm
 // and the partial rotate-half RoPE with decode's arithmetic and table (the
-// host's inverse frequencies, sincosf of the fp32 angle), q as fp16 [H][T][256]
+// host's inverse frequencies, sincosf of the fp32 angle), q as bf16 [H][T][256]
 // scaled by log2(e) / 16 (scores in log2 units), k and v appended to the
 // caches in bf16.
 //
 // attn_flash: a block takes 128 rows = 128 / G tokens x the G query heads of
-// one KV head (GQA packing: every K/V tile is loaded once for the group), 8
-// warps of 16 rows; tiles of 64 keys, keys 0 .. pos0 + t for token t. The
-// cache is bf16 and holds each 16 positions' pieces in the decode lanes'
-// order, so a tile is gathered by cp.async into a landing area and converted
-// to fp16 rows in shared memory (fp16 keeps 3 more mantissa bits than bf16
-// for q and the probabilities; the bf16 keys and values convert exactly),
-// with 16-byte chunks swizzled by the row so that ldmatrix is conflict-free.
-// S = Q K^T and O += P V on mma m16n8k16 (fp16 in, fp32 sums), the online
-// softmax in fp32 with exp2; P goes from the S accumulators into A fragments
-// without shared memory. The landing of tile j + 1 overlaps tile j's math.
+// one KV head (GQA packing: every K/V tile is loaded once for the group), two
+// warpgroups of 64 rows; tiles of 64 keys, keys 0 .. pos0 + t for token t, on
+// Hopper's wgmma (bf16 in, fp32 sums): S = Q K^T with Q and K from shared
+// memory, O += P V with P from the S accumulators in registers and V read
+// MN-major. The cache holds each 16 positions' pieces in the decode lanes'
+// order, so a tile is gathered by cp.async straight into the 128-byte-swizzled
+// layout wgmma reads (no conversion pass: q and the probabilities are bf16 like
+// the cache); tile j + 1 lands in the other stage while tile j is computed.
+// The online softmax runs in fp32 with exp2.
 //
 // Split keys: a short chunk over a long cache has few blocks (two per 16
 // tokens), each walking every cached key, so most SMs idle (a 25-token turn
@@ -26,8 +25,9 @@
 // max and normaliser, and a combine kernel merges the ranges per (token, head).
 #include <algorithm>
 
+#include "backends/cuda/common.cuh"
 #include "backends/cuda/prefill_kernels.h"
-#include "backends/cuda/prefill_mma.cuh"
+#include "backends/cuda/wgmma.cuh"
 
 namespace tern::cuda {
 
@@ -35,6 +35,11 @@ namespace {
 
 constexpr int kD = kHeadDim;
 constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
 
 __global__ void __launch_bounds__(256) prep_kernel(AttnPrepArgs a) {
   __shared__ float cs[kD / 2], sn[kD / 2];
@@ -78,126 +83,97 @@ __global__ void __launch_bounds__(256) prep_kernel(AttnPrepArgs a) {
     if (is_q) {
       constexpr float qs = kLog2e / 16.0f;  // log2(e) / sqrt(256)
       uint4 v;
-      v.x = pf::pack_f16(x[0] * qs, x[1] * qs), v.y = pf::pack_f16(x[2] * qs, x[3] * qs);
-      v.z = pf::pack_f16(x[4] * qs, x[5] * qs), v.w = pf::pack_f16(x[6] * qs, x[7] * qs);
+      v.x = pack_bf16(x[0] * qs, x[1] * qs), v.y = pack_bf16(x[2] * qs, x[3] * qs);
+      v.z = pack_bf16(x[4] * qs, x[5] * qs), v.w = pack_bf16(x[6] * qs, x[7] * qs);
       reinterpret_cast<uint4*>(a.q16 + (size_t(head) * a.T + t) * kD)[lane] = v;
     } else {
       const int kh = is_v ? head - H - KV : head - H, o = pos % kKvChunk;
       uint16_t* cache = is_v ? a.v_cache : a.k_cache;
       const size_t at = (size_t(kh) * a.capacity + size_t(pos - o)) * kD +
                         size_t(is_v ? v_piece(o, lane) : k_piece(o, lane)) * 8;
-      uint32_t p[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-        p[i] = *reinterpret_cast<const uint32_t*>(&b);
-      }
-      *reinterpret_cast<uint4*>(cache + at) = make_uint4(p[0], p[1], p[2], p[3]);
+      *reinterpret_cast<uint4*>(cache + at) =
+          make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                     pack_bf16(x[6], x[7]));
     }
   }
 }
 
 constexpr int kRows = 128, kKeys = 64, kWarps = 8, kThreads = kWarps * 32;
-constexpr int kRowBytes = kD * 2, kChunks = kD / 8;  // 512 bytes, 32 chunks of 16
-constexpr size_t kQBytes = size_t(kRows) * kRowBytes, kTileBytes = size_t(kKeys) * kRowBytes;
-constexpr size_t kSmem = kQBytes + 4 * kTileBytes;  // Q, K16, V16, landing K and V
+constexpr int kChunks = kD / 8;  // 16-byte chunks of a row
+constexpr int kQBytes = kRows * kD * 2, kTileBytes = kKeys * kD * 2;
+// Q, two stages of K and V tiles, and 1,024 bytes to align the swizzle atoms.
+constexpr size_t kSmem = size_t(kQBytes) + 4 * size_t(kTileBytes) + 1024;
 
-__device__ __forceinline__ int swz(int chunk, int row) {
-  return chunk ^ (row & 7);
+// The byte offset of 16-byte chunk q of row r in a tile of `rows` rows: the
+// row in 64-dim slabs of `rows` x 128 bytes, chunk q % 8 at (q % 8) ^ (r % 8)
+// (wgmma's 128-byte swizzle: K-major for Q and K, MN-major for V).
+__device__ __forceinline__ int sw_at(int r, int q, int rows) {
+  return (q >> 3) * rows * 128 + r * 128 + (((q & 7) ^ (r & 7)) << 4);
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// Keys kb .. kb + 63 of KV head kvh into the landing area (bf16 rows,
-// unswizzled), by cp.async; positions past the cache are zero.
-__device__ __forceinline__ void land(const FlashArgs& a, int kvh, int kb, uint8_t* lk,
-                                     uint8_t* lv) {
+// Keys kb .. kb + 63 of KV head kvh into tiles k and v by cp.async;
+// positions past the cache are zero.
+__device__ __forceinline__ void land(const FlashArgs& a, int kvh, int kb, uint8_t* k, uint8_t* v) {
   for (int i = int(threadIdx.x); i < kKeys * kChunks; i += kThreads) {
     const int key = i / kChunks, q = i % kChunks, p = kb + key;
     const bool ok = p < a.capacity;
-    const int pp = ok ? p : 0, o = pp % kKvChunk;
+    const int pp = ok ? p : 0, o = pp % kKvChunk, at = sw_at(key, q, kKeys);
     const size_t base = (size_t(kvh) * a.capacity + size_t(pp - o)) * kD;
-    cp_async16(lk + i * 16, a.k_cache + base + size_t(k_piece(o, q)) * 8, ok);
-    cp_async16(lv + i * 16, a.v_cache + base + size_t(v_piece(o, q)) * 8, ok);
-  }
-}
-
-// The landed bf16 tile into the fp16 tiles (exact), swizzled.
-__device__ __forceinline__ void convert(const uint8_t* lk, const uint8_t* lv, uint8_t* k16,
-                                        uint8_t* v16) {
-  for (int i = int(threadIdx.x); i < 2 * kKeys * kChunks; i += kThreads) {
-    const int which = i / (kKeys * kChunks), j = i % (kKeys * kChunks), key = j / kChunks,
-              q = j % kChunks;
-    const uint4 b = pf::lds128((which ? lv : lk) + j * 16);
-    const uint32_t w[4] = {b.x, b.y, b.z, b.w};
-    uint32_t h[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      h[e] = pf::pack_f16(__uint_as_float(w[e] << 16), __uint_as_float(w[e] & 0xffff0000u));
-    *reinterpret_cast<uint4*>((which ? v16 : k16) + key * kRowBytes + swz(q, key) * 16) =
-        make_uint4(h[0], h[1], h[2], h[3]);
+    cp_async16(k + at, a.k_cache + base + size_t(k_piece(o, q)) * 8, ok);
+    cp_async16(v + at, a.v_cache + base + size_t(v_piece(o, q)) * 8, ok);
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t *qs = smem, *k16 = qs + kQBytes, *v16 = k16 + kTileBytes, *lk = v16 + kTileBytes,
-          *lv = lk + kTileBytes;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* qs = smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024;
+  uint8_t* kv = qs + kQBytes;  // stage s: K at kv + 2 s kTileBytes, V after it
   const int G = a.heads / a.kv_heads, TB = kRows / G;
   const int qt = int(gridDim.x) - 1 - int(blockIdx.x), kvh = int(blockIdx.y);  // heavy tiles first
   const int q0 = qt * TB, tid = int(threadIdx.x), S = int(gridDim.z), split = int(blockIdx.z);
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks, tq = q0 + r / G, h = kvh * G + r % G;
     const bool ok = tq < a.T;
-    cp_async16(qs + r * kRowBytes + swz(c, r) * 16,
-               a.q16 + (size_t(h) * a.T + (ok ? tq : 0)) * kD + 8 * c, ok);
+    cp_async16(qs + sw_at(r, c, kRows), a.q16 + (size_t(h) * a.T + (ok ? tq : 0)) * kD + 8 * c, ok);
   }
   const int last_tok = min(q0 + TB, a.T) - 1, kmax = a.pos0 + last_tok;
   // This block's tiles: all of its keys, or its range of the split.
   const int per = ((a.pos0 + a.T - 1) / kKeys + S) / S;
   const int j0 = split * per, j1 = min(kmax / kKeys + 1, j0 + per);
-  if (j0 < j1) land(a, kvh, j0 * kKeys, lk, lv);
+  if (j0 < j1) land(a, kvh, j0 * kKeys, kv, kv + kTileBytes);
   cp_async_commit();
 
-  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  // Warpgroup wg takes rows 64 wg ..; warp w of the block rows 16 w + g, + 8.
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, wg = warp >> 2;
   const int r0 = 16 * warp;
-  // The positions of the lane's two rows (g, g + 8).
   const int tp0 = a.pos0 + q0 + (r0 + g) / G, tp1 = a.pos0 + q0 + (r0 + g + 8) / G;
-  float o[kD / 8][4] = {};
+  const uint32_t q_at = smem_addr(qs) + uint32_t(wg * 64 * 128);
+  float o[kD / 2] = {};  // o[4 d + c]: dims 8 d + 2 t + (c & 1), row g + 8 (c >> 1)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   for (int j = j0; j < j1; ++j) {
     cp_async_wait<0>();
-    __syncthreads();  // tile j landed; every warp is done with tile j - 1's fp16 rows
-    convert(lk, lv, k16, v16);
-    __syncthreads();
-    if (j + 1 < j1) land(a, kvh, (j + 1) * kKeys, lk, lv);
+    wg::fence_smem();
+    __syncthreads();  // tile j landed; every warp is done with tile j - 1's stage
+    uint8_t* k = kv + ((j - j0) & 1) * 2 * kTileBytes;
+    if (j + 1 < j1) {
+      uint8_t* nk = kv + ((j + 1 - j0) & 1) * 2 * kTileBytes;
+      land(a, kvh, (j + 1) * kKeys, nk, nk + kTileBytes);
+    }
     cp_async_commit();
     const int kb = j * kKeys;
-    // S = Q K^T: 16 rows x 64 keys.
-    float s[8][4] = {};
+    const uint32_t k_at = smem_addr(k), v_at = k_at + uint32_t(kTileBytes);
+    // S = Q K^T: 64 rows x 64 keys a warpgroup, 16 dims a step.
+    float s[32] = {};
+    wg::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t qa[4];
-      const int qr = r0 + (lane & 15);
-      ldsm_x4(qa, qs + qr * kRowBytes + swz(2 * kk + (lane >> 4), qr) * 16);
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        uint32_t kb4[4];
-        const int key = 16 * jp + (lane & 7) + 8 * (lane >> 4);
-        ldsm_x4(kb4, k16 + key * kRowBytes + swz(2 * kk + ((lane >> 3) & 1), key) * 16);
-        pf::mma_f16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb4[0], kb4[1]);
-        pf::mma_f16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb4[2], kb4[3]);
-      }
+      const uint32_t in_row = uint32_t((kk & 3) * 32), slab = uint32_t(kk >> 2) * 128;
+      wg::mma_bf16_ss64(s, wg::sw128_desc(q_at + slab * kRows + in_row),
+                        wg::sw128_desc(k_at + slab * kKeys + in_row));
     }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operand(s);
     // Causal mask where the tile passes the block's first position.
     if (kb + kKeys - 1 > a.pos0 + q0) {
 #pragma unroll
@@ -205,13 +181,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = kb + 8 * n + 2 * t + (e & 1);
-          if (key > (e < 2 ? tp0 : tp1)) s[n][e] = -INFINITY;
+          if (key > (e < 2 ? tp0 : tp1)) s[4 * n + e] = -INFINITY;
         }
     }
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1])), mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      mx0 = fmaxf(mx0, fmaxf(s[4 * n], s[4 * n + 1])),
+      mx1 = fmaxf(mx1, fmaxf(s[4 * n + 2], s[4 * n + 3]));
 #pragma unroll
     for (int x = 1; x < 4; x <<= 1) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, x));
@@ -222,35 +199,32 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
     const float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
     m0 = n0, m1 = n1;
     float p0 = 0.0f, p1 = 0.0f;
-    uint32_t pa[8][2];  // P as fp16 pairs: [n-tile][row g, row g + 8]
+    uint32_t pa[8][2];  // P as bf16 pairs: [n-tile][row g, row g + 8]
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const float e0 = exp2f(s[n][0] - u0), e1 = exp2f(s[n][1] - u0);
-      const float e2 = exp2f(s[n][2] - u1), e3 = exp2f(s[n][3] - u1);
+      const float e0 = exp2f(s[4 * n] - u0), e1 = exp2f(s[4 * n + 1] - u0);
+      const float e2 = exp2f(s[4 * n + 2] - u1), e3 = exp2f(s[4 * n + 3] - u1);
       p0 += e0 + e1, p1 += e2 + e3;
-      pa[n][0] = pf::pack_f16(e0, e1), pa[n][1] = pf::pack_f16(e2, e3);
+      pa[n][0] = pack_bf16(e0, e1), pa[n][1] = pack_bf16(e2, e3);
     }
     l0 = l0 * c0 + p0, l1 = l1 * c1 + p1;
     // The running max rarely moves after the first tiles: rescale only when it
     // did for one of the warp's rows.
     if (__any_sync(kFull, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
-      for (int d = 0; d < kD / 8; ++d) o[d][0] *= c0, o[d][1] *= c0, o[d][2] *= c1, o[d][3] *= c1;
+      for (int d = 0; d < kD / 8; ++d)
+        o[4 * d] *= c0, o[4 * d + 1] *= c0, o[4 * d + 2] *= c1, o[4 * d + 3] *= c1;
     }
-    // O += P V.
+    // O += P V: 16 keys a step, V's 256 dims as N.
+    wg::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0],
-                     a3 = pa[2 * kk + 1][1];
-      const int key = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1);
-#pragma unroll
-      for (int dp = 0; dp < kD / 16; ++dp) {
-        uint32_t vb[4];
-        ldsm_x4_t(vb, v16 + key * kRowBytes + swz(2 * dp + (lane >> 4), key) * 16);
-        pf::mma_f16(o[2 * dp], a0, a1, a2, a3, vb[0], vb[1]);
-        pf::mma_f16(o[2 * dp + 1], a0, a1, a2, a3, vb[2], vb[3]);
-      }
+      const uint32_t pk[4] = {pa[2 * kk][0], pa[2 * kk][1], pa[2 * kk + 1][0], pa[2 * kk + 1][1]};
+      wg::mma_bf16_rs256_mn(o, pk, wg::sw128_desc(v_at + kk * 16 * 128, kKeys * 128));
     }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operand(o);
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -269,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(FlashArgs a) {
 #pragma unroll
     for (int d = 0; d < kD / 8; ++d)
       *reinterpret_cast<float2*>(dst + 8 * d + 2 * t) =
-          make_float2(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
+          make_float2(o[4 * d + 2 * half] * inv, o[4 * d + 2 * half + 1] * inv);
     if (S > 1 && t == 0)
       *reinterpret_cast<float2*>(a.work + S * rows * kD + 2 * (split * rows + row)) =
           make_float2(half ? m1 : m0, l);
