@@ -5,7 +5,8 @@
 # serving path (bench/serve_device.py: session reuse, the server's cost per
 # token, constrained decoding's cost). Binaries from bench/prepare_device.sh;
 # carry bench/prebuilt and bench/prebuilt/tokenizer (prepare_device.sh
-# TOKENIZER=1 copies the Qwen3 tokenizer there). Each step has a time limit;
+# TOKENIZER=1 copies the Qwen3 tokenizer there; step `base` also carries the
+# build named by BASE). Each step has a time limit;
 # logs and JSON under $OUT.
 set -uo pipefail
 source "$(dirname "$0")/prebuilt_env.sh"
@@ -29,6 +30,18 @@ echo "sweep exit $?"; grep -E '^ +[0-9]+ |bf16 matrix' $OUT/prefill.log
 timeout 40 $B --prefill 2048,32768 --repeat 1 --split --json $OUT/prefill-split.json \
   >$OUT/prefill-split.log 2>&1
 echo "split exit $?"; grep -E 'split at' $OUT/prefill-split.log | cut -c1-300
+fi
+# A/B against another build's tern carried in BASE (e.g. bench/prebuilt-base,
+# the revision before a kernel change), on the same machine: the prompt
+# lengths BASE_PREFILL and the split at 32K.
+if has base; then
+  for bin in "$BASE" "$BIN"; do
+    echo "$bin ($(cat $bin/REV 2>/dev/null || echo base)):"
+    timeout 120 $bin/tern bench --dummy 35b-a3b --backend cuda --rev "$REV" \
+      --prefill ${BASE_PREFILL:-2048,8192,32768} --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
+    timeout 40 $bin/tern bench --dummy 35b-a3b --backend cuda --rev "$REV" --prefill 32768 \
+      --repeat 1 --split 2>&1 | grep -E 'split at|by kernel' | cut -c1-400
+  done 2>&1 | tee $OUT/base-ab.log
 fi
 # Short chunks: the grouped GEMM's tile width by rows per expert, the
 # prefill path under the decode step's threshold, the split at 256.
