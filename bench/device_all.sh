@@ -31,11 +31,11 @@ timeout 40 $B --prefill 2048,32768 --repeat 1 --split --json $OUT/prefill-split.
   >$OUT/prefill-split.log 2>&1
 echo "split exit $?"; grep -E 'split at' $OUT/prefill-split.log | cut -c1-300
 fi
-# A/B against another build's tern carried in BASE (e.g. bench/prebuilt-base,
-# the revision before a kernel change), on the same machine: the prompt
-# lengths BASE_PREFILL and the split at 32K.
+# The baseline of an A/B on the same machine: another build's tern carried in
+# BASE (e.g. bench/prebuilt-base, the revision before a kernel change) at the
+# prompt lengths BASE_PREFILL, and its split at 32K (this build's are the sweep's).
 if has base; then
-  for bin in "$BASE" "$BIN"; do
+  for bin in "$BASE"; do
     echo "$bin ($(cat $bin/REV 2>/dev/null || echo base)):"
     timeout 120 $bin/tern bench --dummy 35b-a3b --backend cuda --rev "$REV" \
       --prefill ${BASE_PREFILL:-2048,8192,32768} --repeat 3 2>&1 | grep -E '^ +[0-9]+ '
