@@ -6,8 +6,8 @@
 //
 // Bound: 1e-3 * max|logit|, the CUDA backend's golden bar. The prefill GEMMs
 // round weights and activations to fp16 (~2e-4 relative per product sum), the
-// chunked delta rule its operands to tf32, attention its probabilities to
-// fp16; the decode step is fp32-grade. Each path lands within ~1e-4..5e-4 of
+// chunked delta rule its operands to tf32, attention q and its probabilities
+// to bf16; the decode step is fp32-grade. Each path lands within ~1e-4..5e-4 of
 // the CPU's largest logit, so two paths differ by at most the sum.
 #include <gtest/gtest.h>
 
