@@ -11,7 +11,7 @@ Runner add_make_dummy(CLI::App& app) {
   auto opt = std::make_shared<DummyOptions>();
   auto layout = std::make_shared<std::string>("mlx4");
   cmd->add_option("--preset", opt->preset, "Model shape: tiny, mid or 35b-a3b")
-      ->check(CLI::IsMember({"tiny", "35b-a3b"}));
+      ->check(CLI::IsMember({"tiny", "mid", "35b-a3b"}));
   cmd->add_option("--config", opt->config_file, "config.json to use instead of a preset");
   cmd->add_option("--layout", *layout, "hf (bf16) or mlx4 (4-bit)")
       ->check(CLI::IsMember({"hf", "mlx4"}));
