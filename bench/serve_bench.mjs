@@ -53,14 +53,19 @@ async function post(url, body) {
   return r;
 }
 
-// (1b) Streamed decode: the client's time from the first token to the last.
+// (1b) Streamed decode: the tokens after the first over the client's time from
+// the first text event to the last. Tokens, not events: an event carries as
+// many tokens as it took to complete a character (random weights often emit
+// pieces of one), so the count is the usage's.
 async function streamedTokS(url) {
   const prompt = Array.from({ length: CONTEXT }, (_, i) => (i * 7919) % 150000);
   const one = async () => {
-    const r = await post(url + "/v1/completions", { prompt, max_tokens: GEN, ignore_eos: true, temperature: 0, stream: true });
+    const r = await post(url + "/v1/completions", {
+      prompt, max_tokens: GEN, ignore_eos: true, temperature: 0, stream: true, stream_options: { include_usage: true },
+    });
     const reader = r.body.getReader();
     const times = [];
-    let buf = "";
+    let buf = "", tokens = 0;
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -69,10 +74,13 @@ async function streamedTokS(url) {
       while ((i = buf.indexOf("\n\n")) >= 0) {
         const ev = buf.slice(0, i);
         buf = buf.slice(i + 2);
-        if (ev.startsWith("data: {") && JSON.parse(ev.slice(6)).choices[0]?.finish_reason === null) times.push(performance.now());
+        if (!ev.startsWith("data: {")) continue;
+        const j = JSON.parse(ev.slice(6));
+        if (j.usage) tokens = j.usage.completion_tokens;
+        if (j.choices?.[0]?.finish_reason === null) times.push(performance.now());
       }
     }
-    return (times.length - 1) / ((times.at(-1) - times[0]) / 1000);
+    return (tokens - 1) / ((times.at(-1) - times[0]) / 1000);
   };
   await one();  // warm-up (and the prompt's prefill)
   const runs = [];
