@@ -4,8 +4,12 @@
 // first token of a turn that adds ~200 tokens to a long conversation, against
 // a fresh ~200-token prompt on the same server: the session cache's payoff.
 //
+// The turn follows an answer the model gave, sent back as history after
+// --idle-ms of the client's own time (a person reading, an agent's tool).
+//
 //   node bench/serve_bench.mjs --tern build/tern --backend cpu --model DIR
-//        [--dummy 35b-a3b --tokenizer DIR] [--context 4000] [--gen 64] [--json OUT]
+//        [--dummy 35b-a3b --tokenizer DIR] [--context 4000] [--gen 64] [--idle-ms 300]
+//        [--serve-flags "--no-idle-prefill"] [--json OUT]
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 
@@ -13,6 +17,7 @@ const arg = (k, d) => (process.argv.includes(k) ? process.argv[process.argv.inde
 const TERN = arg("--tern", "build/tern"), BACKEND = arg("--backend", "cpu"), MODEL = arg("--model", "");
 const DUMMY = arg("--dummy", ""), TOK = arg("--tokenizer", MODEL), CONTEXT = Number(arg("--context", 4000));
 const GEN = Number(arg("--gen", 64)), REPS = Number(arg("--repeat", 5)), JSON_OUT = arg("--json", "");
+const IDLE_MS = Number(arg("--idle-ms", 300)), SERVE_FLAGS = arg("--serve-flags", "").split(" ").filter(Boolean);
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const src = DUMMY ? ["--dummy", DUMMY] : ["--model", MODEL];
 
@@ -36,7 +41,7 @@ function engineTokS() {
 }
 
 async function startServer() {
-  const p = spawn(TERN, ["serve", ...src, "--backend", BACKEND, "--tokenizer", TOK, "--port", "0", "--cache-mem", "16G"], { stdio: ["ignore", "ignore", "pipe"] });
+  const p = spawn(TERN, ["serve", ...src, "--backend", BACKEND, "--tokenizer", TOK, "--port", "0", "--cache-mem", "16G", ...SERVE_FLAGS], { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   p.stderr.setEncoding("utf8");
   p.stderr.on("data", (d) => (log += d));
@@ -91,12 +96,12 @@ async function streamedTokS(url) {
 const words = ["river", "mountain", "carefully", "seven", "blue", "the", "of", "and", "engine", "question", "because"];
 const text = (n, salt) => Array.from({ length: n }, (_, i) => words[(i * 31 + salt * 17 + (i >> 3)) % words.length]).join(" ");
 
-async function latency(url, messages) {
+async function latency(url, messages, max_tokens = 1) {
   const t0 = performance.now();
-  const r = await post(url + "/v1/chat/completions", { messages, max_tokens: 1, temperature: 0, enable_thinking: false });
+  const r = await post(url + "/v1/chat/completions", { messages, max_tokens, ignore_eos: true, temperature: 0, enable_thinking: false });
   const j = await r.json();
   if (!j.usage) throw new Error(JSON.stringify(j));
-  return [performance.now() - t0, j.usage];
+  return [performance.now() - t0, j.usage, j.choices[0].message.content ?? ""];
 }
 
 // (2) A long conversation, then turns adding ~200 tokens, against fresh ~200-token prompts.
@@ -111,14 +116,17 @@ async function ttftRatio(url) {
   const turn = [], fresh = [];
   let cached = 0, tokens = 0;
   for (let i = 0; i < REPS; i++) {
-    const [ms, u] = await latency(url, [...conv, { role: "user", content: text(190, 1000 + i) }]);
+    const asked = [...conv, { role: "user", content: text(170, 1000 + i) }];
+    const [, , reply] = await latency(url, asked, 16);  // the previous turn, answered
+    await new Promise((r) => setTimeout(r, IDLE_MS));
+    const [ms, u] = await latency(url, [...asked, { role: "assistant", content: reply }, { role: "user", content: text(170, 3000 + i) }]);
     turn.push(ms);
     cached = u.prompt_tokens_details.cached_tokens;
     tokens = u.prompt_tokens;
     const [fms] = await latency(url, [{ role: "system", content: "Fresh " + i }, { role: "user", content: text(190, 2000 + i) }]);
     fresh.push(fms);
   }
-  return { conversation_tokens: tokens, cached_tokens: cached, turn_ms: median(turn), fresh_ms: median(fresh), ratio: median(turn) / median(fresh) };
+  return { idle_ms: IDLE_MS, serve_flags: SERVE_FLAGS.join(" "), conversation_tokens: tokens, cached_tokens: cached, turn_ms: median(turn), fresh_ms: median(fresh), ratio: median(turn) / median(fresh) };
 }
 
 const engine = engineTokS();

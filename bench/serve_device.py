@@ -105,9 +105,11 @@ def main():
     ap.add_argument("--rev", default="")
     ap.add_argument("--source", default="--dummy 35b-a3b --backend cuda",
                     help="the model and backend flags of tern serve")
+    ap.add_argument("--idle-ms", type=float, default=300,
+                    help="the client's time between an answer and its next turn")
     a = ap.parse_args()
     s = Server(a.tern, a.tokenizer, a.source)
-    out = {"rev": a.rev, "sessions": []}
+    out = {"rev": a.rev, "idle_ms": a.idle_ms, "sessions": []}
     try:
         s.chat([{"role": "user", "content": "warm up"}], 8)
         med = lambda v: sorted(v)[len(v) // 2]
@@ -120,6 +122,7 @@ def main():
                 ttft_full, _, u1, reply = s.chat(conv, 16, ignore_eos=True)
                 conv += [{"role": "assistant", "content": reply},
                          {"role": "user", "content": text_of(175, 2 + 10 * rep)}]
+                time.sleep(a.idle_ms / 1000)
                 ttft_turn, _, u2, _ = s.chat(conv, 16, ignore_eos=True)
                 ttft_fresh, _, u3, _ = s.chat(
                     [{"role": "user", "content": text_of(190, 3 + words + rep)}], 16,

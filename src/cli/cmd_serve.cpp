@@ -147,6 +147,9 @@ Runner add_serve(CLI::App& app) {
       "--cors-origin", o->http.cors_origins,
       "Allow browser requests from this origin beyond loopback ones (repeatable; * for any)");
   cmd->add_option("--threads", o->http.threads, "HTTP worker threads")->check(CLI::Range(1, 1024));
+  cmd->add_flag("!--no-idle-prefill", o->http.idle_prefill,
+                "Do not prefill a chat's likely next turn (its answer as history and the next "
+                "message's start) while idle");
   cmd->add_option("--max-body", o->http.max_body, "Largest request body in bytes (then 413)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 32));
   cmd->add_option("--tokenizer", o->tokenizer, "Folder with tokenizer.json (default: --model)");

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,10 @@ struct Request {
   int logprobs = -1;             // -1: none; else the top alternatives wanted (0..20)
   std::shared_ptr<TokenConstraint> constraint;   // optional
   std::shared_ptr<std::atomic<bool>> cancelled;  // set by the client's side to stop it
+  // chat: the prompt a next turn of this conversation would start with, given
+  // this request's answer: through the next message's <|im_start|> (empty when
+  // unknown). Not the engine's: the server prefills it while idle.
+  std::function<std::vector<int32_t>(const ParsedDelta& answer)> next_turn;
 };
 
 // Output that became certain, with the log-probabilities of the tokens

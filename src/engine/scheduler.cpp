@@ -53,6 +53,21 @@ std::shared_ptr<Job> Scheduler::submit(Request r, EndHook on_end) {
   {
     std::lock_guard lock(m_);
     if (stop_ || queue_.size() >= max_queue_) return nullptr;
+    if (background_) background_->cancel();
+    background_.reset();
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+std::shared_ptr<Job> Scheduler::submit_background(Request r) {
+  auto job = std::make_shared<Job>(std::move(r));
+  {
+    std::lock_guard lock(m_);
+    if (stop_ || !queue_.empty()) return nullptr;
+    if (background_) background_->cancel();  // superseded
+    background_ = job;
     queue_.push_back(job);
   }
   cv_.notify_all();
@@ -96,6 +111,7 @@ void Scheduler::loop() {
     job->push(std::move(end));
     std::lock_guard lock(m_);
     running_ = false;
+    if (background_ == job) background_.reset();
   }
 }
 

@@ -61,6 +61,11 @@ class Scheduler {
   // runs on the engine thread when it ends, read by the submitter or not.
   using EndHook = std::function<void(const Job&, const Job::Event&)>;
   std::shared_ptr<Job> submit(Request r, EndHook on_end = {});
+  // Queues work nobody waits for (prefilling a likely next turn), only when no
+  // request is waiting; a later submit() cancels it, queued or running, so a
+  // request waits for it at most until the engine's next check (a prefill
+  // call). nullptr when it was not queued.
+  std::shared_ptr<Job> submit_background(Request r);
   size_t waiting() const;  // queued, not yet started
   bool busy() const;       // a request is running
   Engine& engine() { return engine_; }
@@ -73,6 +78,7 @@ class Scheduler {
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> background_;  // the latest background job, queued or running
   bool running_ = false, stop_ = false;
   std::thread thread_;
 };

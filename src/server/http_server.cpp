@@ -33,6 +33,25 @@ bool origin_allowed(const std::string& origin, const std::vector<std::string>& e
   return false;
 }
 
+// A chat answer that ended: its conversation's next turn will likely start
+// with it, so prefill that while the engine is idle. Exact: those are the very
+// forward() calls the next turn would run from this one's snapshot
+// (docs/serving.md), so only the time moves.
+void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
+                       const ParsedDelta& answer, int64_t ctx_size) {
+  const Request& r = job.request();
+  if (!end.result || end.result->finish == Finish::cancelled || !r.next_turn ||
+      sched.engine().cache().budget() == 0)
+    return;
+  Request next;
+  next.id = r.id + "-next";
+  next.prompt = r.next_turn(answer);
+  if (next.prompt.size() <= r.prompt.size() || int64_t(next.prompt.size()) >= ctx_size) return;
+  next.max_tokens = 0;
+  next.output = Request::Output::text;
+  sched.submit_background(std::move(next));
+}
+
 }  // namespace
 
 void send_error(httplib::Response& res, const ApiError& e, ErrorStyle style) {
@@ -201,11 +220,18 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   if (!job) throw ApiError(429, "the server is busy: too many requests are queued");
   auto peer = std::make_shared<PeerSocket>(req.remote_addr, req.remote_port, req.local_port);
   static constexpr auto kPoll = std::chrono::milliseconds(20);
+  auto answer = std::make_shared<ParsedDelta>();  // all of it, for the next turn
+  auto ended = [this, sched, job, answer](const Job::Event& e) {
+    if (opt_.idle_prefill) prefill_next_turn(*sched, *job, e, *answer, ctx_.ctx_size);
+  };
   if (!stream) {
     for (;;) {
       auto e = job->next(kPoll);
       if (!e || e->delta) {
-        if (e) w->delta(*e->delta);
+        if (e) {
+          answer->append(ParsedDelta(e->delta->chat));
+          w->delta(*e->delta);
+        }
         // After every token too: a model faster than the poll never leaves the
         // queue idle, and a gone client must still cancel within one step.
         if (!peer->alive()) job->cancel();
@@ -213,6 +239,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
       }
       if (!e->error.empty()) throw ApiError(500, e->error);
       res.set_content(w->end(*e->result), w->content_type(false));
+      ended(*e);
       return;
     }
   }
@@ -221,7 +248,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   auto begun = std::make_shared<bool>(false);
   res.set_chunked_content_provider(
       w->content_type(true),
-      [job, w, peer, begun](size_t, httplib::DataSink& sink) {
+      [job, w, peer, begun, answer, ended](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           return s.empty() || sink.write(s.data(), s.size());
         };
@@ -240,11 +267,13 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
             continue;
           }
           if (e->delta) {
+            answer->append(ParsedDelta(e->delta->chat));
             if (!write(w->delta(*e->delta)) || !peer->alive()) return drop();
             continue;
           }
           write(e->error.empty() ? w->end(*e->result) : w->failed(e->error));
           sink.done();
+          ended(*e);
           return true;
         }
       },

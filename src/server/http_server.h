@@ -29,6 +29,7 @@ struct ServeOptions {
   std::vector<std::string> cors_origins;  // beyond loopback ones; "*" allows any
   size_t max_body = size_t(32) << 20;
   int threads = 16;
+  bool idle_prefill = true;  // prefill a chat's likely next turn while idle
 };
 
 // Errors as each API writes them.

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -193,6 +194,36 @@ void constrain(Request& r, const grammar::ConstraintRequest& want, const std::st
   }
 }
 
+// The prompt a next turn of `render`'s conversation starts with: its messages,
+// `answer` as the template renders a past turn (its reasoning dropped), and the
+// next message's <|im_start|>, where the next turn's prefill stops and keeps a
+// snapshot. Empty where the template refuses it.
+std::vector<int32_t> next_turn_prefix(ojson render, const Tokenizer& tok,
+                                      const ParsedDelta& answer) {
+  const auto start = tok.token_id("<|im_start|>");
+  if (!start) return {};
+  ojson msg = {{"role", "assistant"}, {"content", answer.content}};
+  if (!answer.reasoning.empty()) msg["reasoning_content"] = answer.reasoning;
+  if (!answer.tool_calls.empty()) {
+    msg["tool_calls"] = ojson::array();
+    for (const ToolCall& c : answer.tool_calls)
+      msg["tool_calls"].push_back(
+          {{"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  render["messages"].push_back(std::move(msg));
+  render["messages"].push_back({{"role", "user"}, {"content", ""}});
+  render["add_generation_prompt"] = false;
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(render_chat(render));
+  } catch (const ChatTemplateError&) {
+    return {};
+  }
+  const auto last = std::find(ids.rbegin(), ids.rend(), *start);
+  ids.resize(size_t(ids.rend() - last));  // through it (none: empty)
+  return ids;
+}
+
 }  // namespace
 
 void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where) {
@@ -216,6 +247,9 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   }
   r.prompt = ctx.tok->encode(text);
   r.in_reasoning = prompt_opens_reasoning(text);
+  r.next_turn = [render, tok = ctx.tok](const ParsedDelta& answer) {
+    return next_turn_prefix(render, *tok, answer);
+  };
   r.tools = c.tools;
   r.tool_calls = c.tool_choice != "none";
   using Tools = grammar::ConstraintRequest::Tools;

@@ -48,14 +48,33 @@ test("streaming: role first, deltas, finish, usage, [DONE]", async () => {
   assert.ok(text.length > 0);
 });
 
+test("a streamed answer's next turn is prefilled while idle", async () => {
+  const msgs = [{ role: "system", content: "Stream and continue." }, ...user("Name a river.")];
+  const stream = await client.chat.completions.create({
+    messages: msgs, max_tokens: 6, seed: 4, stream: true, stream_options: { include_usage: true }, enable_thinking: false,
+  });
+  let text = "", usage;
+  for await (const ch of stream) {
+    text += ch.choices[0]?.delta?.content ?? "";
+    if (ch.usage) usage = ch.usage;
+  }
+  await sleep(500);
+  msgs.push({ role: "assistant", content: text }, ...user("And another?"));
+  const c = await client.chat.completions.create({ messages: msgs, max_tokens: 2, seed: 5, enable_thinking: false });
+  assert.ok(c.usage.prompt_tokens_details.cached_tokens > usage.prompt_tokens);
+});
+
 test("later turns are served from the cache, and match a cold server", async () => {
   const msgs = [{ role: "system", content: "Be brief." }, ...user("Tell me about rivers.")];
   const outs = [];
   for (let turn = 0; turn < 3; turn++) {
     const c = await client.chat.completions.create({ messages: msgs, max_tokens: 8, seed: 10 + turn, enable_thinking: false });
     outs.push(c);
-    if (turn > 0) assert.ok(c.usage.prompt_tokens_details.cached_tokens > 10, `turn ${turn} cached`);
+    // The answer and the next message's start were prefilled while the server
+    // was idle: the cache reaches past the whole previous prompt.
+    if (turn > 0) assert.ok(c.usage.prompt_tokens_details.cached_tokens > outs[turn - 1].usage.prompt_tokens, `turn ${turn} cached`);
     msgs.push({ role: "assistant", content: c.choices[0].message.content ?? "" }, ...user(`and more ${turn}`));
+    await sleep(500);  // idle: the next turn's prefix is prefilled now
   }
   // The same conversation on a server without a cache gives the same answers:
   // with the same prefill stops (--snapshot-every is one), so the same calls.

@@ -1,0 +1,102 @@
+// The scheduler's background work (prefilling a likely next turn while idle):
+// it extends the session cache so the next turn is served from its own user
+// message's start, it is queued only when no request waits, and a request
+// submitted after it cancels it.
+#include <gtest/gtest.h>
+
+#include <latch>
+
+#include "engine/scheduler.h"
+#include "engine/scripted_backend.h"
+#include "engine_test_util.h"
+
+namespace tern::test {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The end event of a job.
+Job::Event end_of(Job& job) {
+  for (;;)
+    if (auto e = job.next(std::chrono::milliseconds(50)); e && !e->delta) return *e;
+}
+
+struct Fixture {
+  Fixture()
+      : m(52),
+        be(m.be.config(), m.tok, {{"rivers", "Rivers flow to the sea."}}),
+        engine(be, &m.tok, EngineOptions{}),
+        sched(engine, 8) {}
+  Request ask(const json& messages) const {
+    Request r;
+    r.prompt = m.chat(messages);
+    r.max_tokens = 64;
+    return r;
+  }
+  TinyModel m;
+  ScriptedBackend be;
+  Engine engine;
+  Scheduler sched;
+};
+
+TEST(Scheduler, BackgroundPrefillServesTheNextTurnFromItsUserMessage) {
+  Fixture f;
+  json msgs = {{{"role", "user"}, {"content", "Tell me about rivers."}}};
+  auto first = f.sched.submit(f.ask(msgs));
+  ASSERT_TRUE(first);
+  const Job::Event e1 = end_of(*first);
+  ASSERT_TRUE(e1.result);
+  msgs.push_back({{"role", "assistant"}, {"content", "Rivers flow to the sea."}});
+  // The next turn's prefix: through the next message's <|im_start|>.
+  json history = {{"messages", msgs}, {"add_generation_prompt", false}};
+  history["messages"].push_back({{"role", "user"}, {"content", ""}});
+  std::vector<int32_t> prefix = f.m.tok.encode(render_chat(history));
+  const int32_t start = *f.m.tok.token_id("<|im_start|>");
+  while (prefix.back() != start) prefix.pop_back();
+  Request bg;
+  bg.prompt = prefix;
+  bg.max_tokens = 0;
+  auto job = f.sched.submit_background(bg);
+  ASSERT_TRUE(job);
+  const Job::Event e2 = end_of(*job);
+  ASSERT_TRUE(e2.result);
+  EXPECT_EQ(e2.result->completion_tokens, 0);
+  msgs.push_back({{"role", "user"}, {"content", "And mountains?"}});
+  auto next = f.sched.submit(f.ask(msgs));
+  const Job::Event e3 = end_of(*next);
+  ASSERT_TRUE(e3.result);
+  // Served from the snapshot at the new user message's start, past the
+  // previous prompt (which alone would reach its generation prompt).
+  EXPECT_EQ(e3.result->cached_tokens, int64_t(prefix.size()) - 1);
+  EXPECT_GT(e3.result->cached_tokens, e1.result->prompt_tokens);
+}
+
+TEST(Scheduler, BackgroundWorkWaitsBehindNothingAndYieldsToRequests) {
+  Fixture f;
+  const json msgs = {{{"role", "user"}, {"content", "Tell me about rivers."}}};
+  std::latch in_hook(1), release(1);
+  // The engine thread is held inside the first request's end hook.
+  auto held = f.sched.submit(f.ask(msgs), [&](const Job&, const Job::Event&) {
+    in_hook.count_down();
+    release.wait();
+  });
+  in_hook.wait();
+  Request bg = f.ask(msgs);
+  bg.max_tokens = 0;
+  auto b = f.sched.submit_background(bg);
+  ASSERT_TRUE(b);                               // nothing waited
+  EXPECT_FALSE(f.sched.submit_background(bg));  // b waits: not queued behind it
+  auto c = f.sched.submit(f.ask(msgs));         // cancels b
+  ASSERT_TRUE(c);
+  release.count_down();
+  const Job::Event eb = end_of(*b), ec = end_of(*c);
+  ASSERT_TRUE(eb.result);
+  EXPECT_EQ(eb.result->finish, Finish::cancelled);
+  ASSERT_TRUE(ec.result);
+  EXPECT_NE(ec.result->finish, Finish::cancelled);
+  EXPECT_GT(ec.result->completion_tokens, 0);
+  end_of(*held);
+}
+
+}  // namespace
+}  // namespace tern::test
