@@ -36,20 +36,27 @@ bool origin_allowed(const std::string& origin, const std::vector<std::string>& e
 // A chat answer that ended: its conversation's next turn will likely start
 // with it, so prefill that while the engine is idle. Exact: those are the very
 // forward() calls the next turn would run from this one's snapshot
-// (docs/serving.md), so only the time moves.
+// (docs/serving.md), so only the time moves. Best effort: the answer has
+// been given, so nothing here may fail the request.
 void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
                        const ParsedDelta& answer, int64_t ctx_size) {
   const Request& r = job.request();
   if (!end.result || end.result->finish == Finish::cancelled || !r.next_turn ||
       sched.engine().cache().budget() == 0)
     return;
-  Request next;
-  next.id = r.id + "-next";
-  next.prompt = r.next_turn(answer);
-  if (next.prompt.size() <= r.prompt.size() || int64_t(next.prompt.size()) >= ctx_size) return;
-  next.max_tokens = 0;
-  next.output = Request::Output::text;
-  sched.submit_background(std::move(next));
+  try {
+    Request next;
+    next.id = r.id + "-next";
+    next.prompt = r.next_turn(answer);
+    if (next.prompt.size() <= r.prompt.size() || int64_t(next.prompt.size()) >= ctx_size) return;
+    next.max_tokens = 0;
+    next.output = Request::Output::text;
+    const size_t n = next.prompt.size();
+    if (sched.submit_background(std::move(next)))
+      spdlog::debug("request id={}: prefilling its next turn's {} tokens while idle", r.id, n);
+  } catch (const std::exception& e) {
+    spdlog::warn("request id={}: no idle prefill: {}", r.id, e.what());
+  }
 }
 
 }  // namespace
