@@ -1,7 +1,8 @@
 // tern chat: an interactive, streaming, multi-turn conversation on the
 // engine, reusing each turn's state (the session cache). Reasoning is shown
 // dimmed; /reset, /system TEXT, /think on|off, /exit; Ctrl-C stops the
-// current answer (not the program), Ctrl-D ends the chat.
+// current answer (not the program), Ctrl-D ends the chat. While the user
+// types, the last answer is prefilled as the next turn will send it back.
 #include <unistd.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/next_turn.h"
 
 namespace tern::cli {
 
@@ -34,9 +37,42 @@ struct ChatOptions {
   std::string system;
   bool no_thinking = false;
   std::string cache_mem = "2G";
+  bool idle_prefill = true;
 };
 
 std::shared_ptr<std::atomic<bool>> g_stop;  // the answer being generated
+
+// The engine's work while the user types: the next turn's prefix (exact reuse
+// holds: the very calls that turn would run; docs/serving.md, "Idle prefill").
+// Stopped, within a prefill call, before the engine is used again.
+class IdlePrefill {
+ public:
+  ~IdlePrefill() { stop(); }
+  void start(Engine& engine, std::vector<int32_t> prefix) {
+    stop();
+    if (prefix.empty()) return;
+    Request r;
+    r.prompt = std::move(prefix);
+    r.max_tokens = 0;
+    r.output = Request::Output::text;
+    r.cancelled = cancel_ = std::make_shared<std::atomic<bool>>(false);
+    thread_ = std::thread([&engine, r = std::move(r)] {
+      try {
+        engine.run(r, [](Delta&&) {});
+      } catch (const std::exception&) {  // best effort: the turn prefills it then
+      }
+    });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    cancel_->store(true);
+    thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+  std::shared_ptr<std::atomic<bool>> cancel_;
+};
 
 void on_sigint(int) {
   if (auto s = g_stop) s->store(true);
@@ -64,11 +100,14 @@ int chat(const ChatOptions& o) {
   std::fprintf(stderr,
                "tern chat: /reset, /system TEXT, /think on|off, /exit; Ctrl-C stops an answer\n");
   uint64_t turn = 0;
+  IdlePrefill idle;
   for (;;) {
     std::fputs(tty ? "\x1b[1m> \x1b[0m" : "> ", stdout);
     std::fflush(stdout);
     std::string line;
-    if (!std::getline(std::cin, line)) {
+    const bool got = bool(std::getline(std::cin, line));
+    idle.stop();
+    if (!got) {
       if (std::cin.eof()) break;
       std::cin.clear();  // interrupted
       std::fputc('\n', stdout);
@@ -146,6 +185,11 @@ int chat(const ChatOptions& o) {
     nlohmann::ordered_json answer = {{"role", "assistant"}, {"content", content}};
     if (!reasoning.empty()) answer["reasoning_content"] = reasoning;
     messages.push_back(answer);
+    if (o.idle_prefill && eo.cache_bytes > 0) {
+      ParsedDelta said;
+      said.content = content, said.reasoning = reasoning;
+      idle.start(engine, next_turn_prefix(req, tok, said));
+    }
   }
   return 0;
 }
@@ -162,6 +206,8 @@ Runner add_chat(CLI::App& app) {
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-thinking", o->no_thinking, "Start with thinking off (/think on turns it on)");
   cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 2G (0: no reuse)");
+  cmd->add_flag("!--no-idle-prefill", o->idle_prefill,
+                "Do not prefill the last answer as the next turn's history while you type");
   return [o] { return chat(*o); };
 }
 

@@ -1,11 +1,11 @@
 #include "server/openai_request.h"
 
-#include <algorithm>
 #include <random>
 
 #include "core/error.h"
 
 #include "tokenizer/chat_template.h"
+#include "tokenizer/next_turn.h"
 #include "tokenizer/output_parser.h"
 
 namespace tern::server {
@@ -192,36 +192,6 @@ void constrain(Request& r, const grammar::ConstraintRequest& want, const std::st
   } catch (const Error& e) {
     bad_request(field, "{}", e.what());
   }
-}
-
-// The prompt a next turn of `render`'s conversation starts with: its messages,
-// `answer` as the template renders a past turn (its reasoning dropped), and the
-// next message's <|im_start|>, where the next turn's prefill stops and keeps a
-// snapshot. Empty where the template refuses it.
-std::vector<int32_t> next_turn_prefix(ojson render, const Tokenizer& tok,
-                                      const ParsedDelta& answer) {
-  const auto start = tok.token_id("<|im_start|>");
-  if (!start) return {};
-  ojson msg = {{"role", "assistant"}, {"content", answer.content}};
-  if (!answer.reasoning.empty()) msg["reasoning_content"] = answer.reasoning;
-  if (!answer.tool_calls.empty()) {
-    msg["tool_calls"] = ojson::array();
-    for (const ToolCall& c : answer.tool_calls)
-      msg["tool_calls"].push_back(
-          {{"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-  }
-  render["messages"].push_back(std::move(msg));
-  render["messages"].push_back({{"role", "user"}, {"content", ""}});
-  render["add_generation_prompt"] = false;
-  std::vector<int32_t> ids;
-  try {
-    ids = tok.encode(render_chat(render));
-  } catch (const ChatTemplateError&) {
-    return {};
-  }
-  const auto last = std::find(ids.rbegin(), ids.rend(), *start);
-  ids.resize(size_t(ids.rend() - last));  // through it (none: empty)
-  return ids;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tern chat driven through its stdin: turns stream and reuse the previous
 // turn's state; /think, /system, /reset work; Ctrl-C (SIGINT) stops the
-// current answer and the chat goes on; end of input ends it.
+// current answer and the chat goes on; end of input ends it; the last answer
+// is prefilled while the user types.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -41,4 +42,37 @@ test("tern chat: turns, commands, Ctrl-C", async () => {
   proc.stdin.end();
   const code = await new Promise((r) => proc.once("exit", r));
   assert.equal(code, 0);
+});
+
+// Two turns, the second typed after a pause; the second turn's cached tokens.
+async function secondTurnCached(extra) {
+  const proc = spawn(TERN, ["chat", "--model", makeDummy(4), "--max-tokens", "8", "--no-thinking", ...extra], { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  proc.stdout.setEncoding("utf8");
+  proc.stdout.on("data", (d) => (out += d));
+  proc.stderr.resume();
+  const until = async (re) => {
+    const t0 = Date.now();
+    while (!re.test(out)) {
+      if (Date.now() - t0 > 60000) throw new Error("timed out waiting for " + re + " in " + out);
+      await sleep(20);
+    }
+  };
+  await until(/^> /);
+  proc.stdin.write("Tell me about rivers\n");
+  await until(/cached\)/);
+  await sleep(500);  // typing
+  proc.stdin.write("And mountains?\n");
+  await until(/cached\)[\s\S]*cached\)/);
+  proc.stdin.end();
+  await new Promise((r) => proc.once("exit", r));
+  return [...out.matchAll(/, (\d+) cached/g)].map((m) => Number(m[1]))[1];
+}
+
+test("tern chat prefills the last answer while the user types", async () => {
+  const idle = await secondTurnCached([]);
+  const none = await secondTurnCached(["--no-idle-prefill"]);
+  // Without it the second turn starts at the first's generation prompt; with
+  // it, past the answer, at the new message.
+  assert.ok(idle > none && none > 0, `cached ${idle} with idle prefill, ${none} without`);
 });
