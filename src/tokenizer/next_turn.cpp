@@ -20,7 +20,11 @@ std::vector<int32_t> next_turn_prefix(nlohmann::ordered_json render, const Token
           {{"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   }
   render["messages"].push_back(std::move(msg));
-  render["messages"].push_back({{"role", "user"}, {"content", ""}});
+  // What follows decides how the template renders the answer (a turn after the
+  // last user query keeps its think block), so guess like an agent loop: tool
+  // results after tool calls, else the user.
+  render["messages"].push_back(
+      {{"role", answer.tool_calls.empty() ? "user" : "tool"}, {"content", ""}});
   render["add_generation_prompt"] = false;
   std::vector<int32_t> ids;
   try {

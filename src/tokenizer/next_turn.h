@@ -18,7 +18,8 @@ namespace tern {
 // add_generation_prompt is ignored). The tokens of its messages, `answer` as a
 // past assistant turn (its reasoning dropped by the template) and the next
 // message's <|im_start|>, where the next turn's prefill stops and keeps a
-// snapshot; empty where the template refuses it.
+// snapshot; empty where the template refuses it. The next message is taken to
+// be a tool result after tool calls, else the user's.
 std::vector<int32_t> next_turn_prefix(nlohmann::ordered_json render, const Tokenizer& tok,
                                       const ParsedDelta& answer);
 

@@ -1,7 +1,8 @@
 // The scheduler's background work (prefilling a likely next turn while idle):
 // it extends the session cache so the next turn is served from its own user
 // message's start, it is queued only when no request waits, and a request
-// submitted after it cancels it.
+// submitted after it cancels it. And next_turn_prefix, what that work
+// prefills: a prefix of the next turn's prompt, through its <|im_start|>.
 #include <gtest/gtest.h>
 
 #include <latch>
@@ -9,6 +10,7 @@
 #include "engine/scheduler.h"
 #include "engine/scripted_backend.h"
 #include "engine_test_util.h"
+#include "tokenizer/next_turn.h"
 
 namespace tern::test {
 namespace {
@@ -46,13 +48,11 @@ TEST(Scheduler, BackgroundPrefillServesTheNextTurnFromItsUserMessage) {
   ASSERT_TRUE(first);
   const Job::Event e1 = end_of(*first);
   ASSERT_TRUE(e1.result);
-  msgs.push_back({{"role", "assistant"}, {"content", "Rivers flow to the sea."}});
-  // The next turn's prefix: through the next message's <|im_start|>.
-  json history = {{"messages", msgs}, {"add_generation_prompt", false}};
-  history["messages"].push_back({{"role", "user"}, {"content", ""}});
-  std::vector<int32_t> prefix = f.m.tok.encode(render_chat(history));
-  const int32_t start = *f.m.tok.token_id("<|im_start|>");
-  while (prefix.back() != start) prefix.pop_back();
+  ParsedDelta answer;
+  answer.content = "Rivers flow to the sea.";
+  const std::vector<int32_t> prefix =
+      next_turn_prefix({{"messages", msgs}, {"enable_thinking", false}}, f.m.tok, answer);
+  msgs.push_back({{"role", "assistant"}, {"content", answer.content}});
   Request bg;
   bg.prompt = prefix;
   bg.max_tokens = 0;
@@ -96,6 +96,42 @@ TEST(Scheduler, BackgroundWorkWaitsBehindNothingAndYieldsToRequests) {
   EXPECT_NE(ec.result->finish, Finish::cancelled);
   EXPECT_GT(ec.result->completion_tokens, 0);
   end_of(*held);
+}
+
+// The next turn's prompt, rendered and encoded, begins with the prefix, which
+// ends at that turn's message start: after a reasoning answer (reasoning
+// dropped from history), and after a tool call answered by a tool message.
+TEST(NextTurnPrefix, IsWhereTheNextTurnsPromptStartsItsMessage) {
+  const TinyModel m(52);
+  const int32_t start = *m.tok.token_id("<|im_start|>");
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  ParsedDelta thought;
+  thought.reasoning = "They ask about rivers.", thought.content = "Rivers flow.";
+  ParsedDelta call;
+  call.tool_calls.push_back({"weather", {{"city", "Paris"}}});
+  const json msgs = {{{"role", "system"}, {"content", "Be brief."}},
+                     {{"role", "user"}, {"content", "Tell me about rivers."}}};
+  for (const auto& [answer, next, thinking] :
+       {std::tuple{thought, json{{"role", "user"}, {"content", "And seas?"}}, true},
+        std::tuple{call, json{{"role", "tool"}, {"content", "{\"sky\": \"clear\"}"}}, false}}) {
+    json req = {{"messages", msgs}, {"tools", tools}, {"enable_thinking", thinking}};
+    const std::vector<int32_t> prefix = next_turn_prefix(req, m.tok, answer);
+    ASSERT_FALSE(prefix.empty());
+    EXPECT_EQ(prefix.back(), start);
+    json said = {{"role", "assistant"}, {"content", answer.content}};
+    if (!answer.tool_calls.empty())
+      said["tool_calls"] =
+          json::array({{{"type", "function"},
+                        {"function", {{"name", "weather"}, {"arguments", {{"city", "Paris"}}}}}}});
+    req["messages"].push_back(said);
+    req["messages"].push_back(next);
+    req["add_generation_prompt"] = true;
+    const std::vector<int32_t> turn = m.tok.encode(render_chat(req));
+    ASSERT_GT(turn.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), turn.begin()));
+    EXPECT_EQ(turn[prefix.size()], *m.tok.token_id("user"));
+  }
 }
 
 }  // namespace
