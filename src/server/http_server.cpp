@@ -39,7 +39,7 @@ bool origin_allowed(const std::string& origin, const std::vector<std::string>& e
 // (docs/serving.md), so only the time moves. Best effort: the answer has
 // been given, so nothing here may fail the request.
 void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
-                       const ParsedDelta& answer, int64_t ctx_size) {
+                       const ParsedDelta& answer, int64_t ctx_size, Metrics& metrics) {
   const Request& r = job.request();
   if (!end.result || end.result->finish == Finish::cancelled || !r.next_turn ||
       sched.engine().cache().budget() == 0)
@@ -52,8 +52,9 @@ void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
     next.max_tokens = 0;
     next.output = Request::Output::text;
     const size_t n = next.prompt.size();
-    if (sched.submit_background(std::move(next)))
-      spdlog::debug("request id={}: prefilling its next turn's {} tokens while idle", r.id, n);
+    if (!sched.submit_background(std::move(next))) return;
+    metrics.idle_prefill();
+    spdlog::debug("request id={}: prefilling its next turn's {} tokens while idle", r.id, n);
   } catch (const std::exception& e) {
     spdlog::warn("request id={}: no idle prefill: {}", r.id, e.what());
   }
@@ -229,7 +230,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   static constexpr auto kPoll = std::chrono::milliseconds(20);
   auto answer = std::make_shared<ParsedDelta>();  // all of it, for the next turn
   auto ended = [this, sched, job, answer](const Job::Event& e) {
-    if (opt_.idle_prefill) prefill_next_turn(*sched, *job, e, *answer, ctx_.ctx_size);
+    if (opt_.idle_prefill) prefill_next_turn(*sched, *job, e, *answer, ctx_.ctx_size, metrics_);
   };
   if (!stream) {
     for (;;) {

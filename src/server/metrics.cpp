@@ -25,6 +25,11 @@ void Metrics::request(const std::string& endpoint, int status) {
   requests_[{endpoint, status}]++;
 }
 
+void Metrics::idle_prefill() {
+  std::lock_guard lock(m_);
+  ++idle_prefills_;
+}
+
 void Metrics::generation(const Result& r) {
   std::lock_guard lock(m_);
   prompt_ += uint64_t(r.prompt_tokens);
@@ -58,6 +63,8 @@ std::string Metrics::render() const {
   counter("tern_completion_tokens_total", "Generated tokens.", completion_);
   counter("tern_cache_hits_total", "Generations that reused cached state.", hits_);
   counter("tern_cache_misses_total", "Generations that prefilled the whole prompt.", misses_);
+  counter("tern_idle_prefills_total", "Next turns of chats queued for prefill while idle.",
+          idle_prefills_);
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
     uint64_t cum = 0;

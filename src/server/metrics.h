@@ -19,6 +19,8 @@ class Metrics {
   void request(const std::string& endpoint, int status);
   // A finished generation's tokens, cache use and latencies.
   void generation(const Result& r);
+  // A chat's next turn queued for prefill while idle.
+  void idle_prefill();
   // Gauges, read at each scrape.
   void gauge(const std::string& name, const std::string& help, std::function<double()> read);
   std::string render() const;
@@ -33,7 +35,7 @@ class Metrics {
   };
   mutable std::mutex m_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_ = 0, cached_ = 0, completion_ = 0, hits_ = 0, misses_ = 0;
+  uint64_t prompt_ = 0, cached_ = 0, completion_ = 0, hits_ = 0, misses_ = 0, idle_prefills_ = 0;
   Histogram ttft_, token_;
   struct Gauge {
     std::string name, help;

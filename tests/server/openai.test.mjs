@@ -258,6 +258,8 @@ test("tokenize, detokenize, models, metrics", async () => {
                       "tern_cache_misses_total", "tern_time_to_first_token_seconds_bucket", "tern_token_latency_seconds_count",
                       "tern_queue_depth", "tern_cache_bytes"])
     assert.ok(m.includes(name), name);
+  // Earlier chats here queued their next turns while the server was idle.
+  assert.ok(Number(m.match(/^tern_idle_prefills_total (\d+)$/m)?.[1]) > 0, "tern_idle_prefills_total");
 });
 
 test("raw SSE bytes through curl", async () => {
