@@ -51,10 +51,7 @@ class IdlePrefill {
   void start(Engine& engine, std::vector<int32_t> prefix) {
     stop();
     if (prefix.empty()) return;
-    Request r;
-    r.prompt = std::move(prefix);
-    r.max_tokens = 0;
-    r.output = Request::Output::text;
+    Request r = prefill_only(std::move(prefix));
     r.cancelled = cancel_ = std::make_shared<std::atomic<bool>>(false);
     thread_ = std::thread([&engine, r = std::move(r)] {
       try {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/constraint.h"
@@ -40,6 +41,16 @@ struct Request {
   // unknown). Not the engine's: the server prefills it while idle.
   std::function<std::vector<int32_t>(const ParsedDelta& answer)> next_turn;
 };
+
+// A request that only prefills `prompt` (no generation): work done ahead of a
+// likely request, whose snapshots the session cache keeps.
+inline Request prefill_only(std::vector<int32_t> prompt) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = 0;
+  r.output = Request::Output::text;
+  return r;
+}
 
 // Output that became certain, with the log-probabilities of the tokens
 // generated since the previous delta.

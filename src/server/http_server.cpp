@@ -45,13 +45,10 @@ void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
       sched.engine().cache().budget() == 0)
     return;
   try {
-    Request next;
+    Request next = prefill_only(r.next_turn(answer));
     next.id = r.id + "-next";
-    next.prompt = r.next_turn(answer);
-    if (next.prompt.size() <= r.prompt.size() || int64_t(next.prompt.size()) >= ctx_size) return;
-    next.max_tokens = 0;
-    next.output = Request::Output::text;
     const size_t n = next.prompt.size();
+    if (n <= r.prompt.size() || int64_t(n) >= ctx_size) return;
     if (!sched.submit_background(std::move(next))) return;
     metrics.idle_prefill();
     spdlog::debug("request id={}: prefilling its next turn's {} tokens while idle", r.id, n);

@@ -217,7 +217,7 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   }
   r.prompt = ctx.tok->encode(text);
   r.in_reasoning = prompt_opens_reasoning(text);
-  r.next_turn = [render, tok = ctx.tok](const ParsedDelta& answer) {
+  r.next_turn = [render = std::move(render), tok = ctx.tok](const ParsedDelta& answer) {
     return next_turn_prefix(render, *tok, answer);
   };
   r.tools = c.tools;
