@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 #include "backends/cpu/fast/kernels.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
+#include "backends/cpu/fast/pack16.h"
 #include "core/rng.h"
 
 using namespace tern;
@@ -137,18 +139,32 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
   std::vector<float> y(size_t(T * m.t.rows));
   const OutRows o{y.data(), m.t.rows, nullptr, nullptr, false};
   const size_t items = size_t((m.t.rows + block - 1) / block);
-  auto fn = [&] {
-    pool.run(items, [&](size_t i, int) {
-      const int64_t r0 = int64_t(i) * block;
-      k.gemm_q4(m.t, r0, std::min(m.t.rows, r0 + block), a.rows, T, o);
-    });
-  };
-  fn();
-  const double s = best_seconds(reps, fn);
-  const double macs = double(m.t.rows) * double(m.t.cols) * double(T);
-  std::printf("%-8s %-28s rows %6lld cols %5lld T %4lld: %8.3f ms  %6.1f GB/s  %6.1f GMAC/s\n",
-              k.name, what, (long long)m.t.rows, (long long)m.t.cols, (long long)T, s * 1e3,
-              double(m.t.bytes()) / s / 1e9, macs / s / 1e9);
+  // The plain layout, then (tables that take it) the pack16.h records in 2 MB pages.
+  std::unique_ptr<WeightBuffer> records;
+  for (bool packed : {false, true}) {
+    QTensor t = m.t;
+    if (packed) {
+      if (!k.packed16 || !packable(t)) break;
+      records = std::make_unique<WeightBuffer>(t.bytes());
+      pack16(t, records->data());
+      t.data = records->data();
+      t.scales = t.biases = nullptr;
+      t.packed16 = true;
+    }
+    auto fn = [&] {
+      pool.run(items, [&](size_t i, int) {
+        const int64_t r0 = int64_t(i) * block;
+        k.gemm_q4(t, r0, std::min(t.rows, r0 + block), a.rows, T, o);
+      });
+    };
+    fn();
+    const double s = best_seconds(reps, fn);
+    const double macs = double(t.rows) * double(t.cols) * double(T);
+    std::printf(
+        "%-8s %-8s %-28s rows %6lld cols %5lld T %4lld: %8.3f ms  %6.1f GB/s  %6.1f GMAC/s\n",
+        k.name, packed ? "packed16" : "plain", what, (long long)t.rows, (long long)t.cols,
+        (long long)T, s * 1e3, double(t.bytes()) / s / 1e9, macs / s / 1e9);
+  }
 }
 
 }  // namespace

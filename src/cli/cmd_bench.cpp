@@ -151,6 +151,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
         "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
         "the CUDA backend");
   auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
+  prepare_weights(o.backend, *w);
   auto be = make_backend(o.backend, w);
   const ModelConfig& c = be->config();
   const auto* fast = dynamic_cast<const FastCpuBackend*>(be.get());

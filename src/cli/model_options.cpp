@@ -42,6 +42,7 @@ std::shared_ptr<ModelWeights> load_weights(const ModelOptions& o) {
     Progress p("loading " + o.model, w->store->mapped_bytes());
     w->store->prefault(p);
   }
+  prepare_weights(o.backend, *w);
   return w;
 }
 

@@ -45,6 +45,7 @@ size_t QTensor::bytes() const {
 }
 
 void QTensor::dequant_row(int64_t r, float* out) const {
+  if (packed16) fail("a matrix repacked for the fast CPU backend's kernels has no plain rows");
   if (fmt == WFormat::dense) {
     const uint8_t* row = data + size_t(r) * row_bytes();
     if (dtype == DType::bf16) {
@@ -75,6 +76,11 @@ QTensor QTensor::row_slice(int64_t begin, int64_t n) const {
   TERN_CHECK(begin >= 0 && begin + n <= rows);
   QTensor t = *this;
   t.rows = n;
+  if (packed16) {  // whole blocks of 16 rows, bytes() per row the same
+    TERN_CHECK(begin % 16 == 0 && n % 16 == 0);
+    t.data = data + size_t(begin) * (bytes() / size_t(rows));
+    return t;
+  }
   t.data = data + size_t(begin) * row_bytes();
   if (fmt == WFormat::affine) {
     size_t off = size_t(begin) * groups_per_row() * dtype_size(dtype);

@@ -322,6 +322,44 @@ void SafetensorsFile::prefault(Progress& p) const {
   }
 }
 
+void SafetensorsFile::release(const uint8_t* p, size_t n) {
+  if (mapped_ || p < data_ || p + n > data_ + size_ || n == 0) return;
+  size_t begin = size_t(p - data_), end = begin + n;
+  // Merge with the released ranges it overlaps or touches.
+  auto it = released_.upper_bound(begin);
+  if (it != released_.begin() && std::prev(it)->second >= begin) --it;
+  while (it != released_.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = released_.erase(it);
+  }
+  released_.emplace(begin, end);
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(data_ + begin) + kPage - 1) / kPage * kPage,
+                  b = reinterpret_cast<uintptr_t>(data_ + end) / kPage * kPage;
+  if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
+void TensorStore::release(const uint8_t* p, size_t n) {
+  for (const auto& f : files_) f->release(p, n);
+}
+
+WeightBuffer::WeightBuffer(size_t bytes) {
+  if (bytes >= kHugePage && huge_pages_unusable(bytes).empty())
+    data_ = huge_region(bytes, region_, region_size_);
+  if (data_ == nullptr) {
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    if (data_ == nullptr) fail("out of memory: {} bytes for repacked weights", bytes);
+  }
+}
+
+WeightBuffer::~WeightBuffer() {
+  if (region_)
+    ::munmap(region_, region_size_);
+  else
+    std::free(data_);
+}
+
 size_t TensorStore::mapped_bytes() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->size();

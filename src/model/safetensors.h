@@ -58,6 +58,10 @@ class SafetensorsFile {
   // Reads every page, so later use runs from memory (reports its bytes); a
   // file read into memory has nothing to do.
   void prefault(Progress& p) const;
+  // huge_pages: gives back the whole 4 KB pages of [p, p + n) and of the
+  // released bytes around it (no-op for mapped files or bytes not in this file).
+  // Released bytes read as zeros afterwards.
+  void release(const uint8_t* p, size_t n);
 
  private:
   std::string path_;
@@ -67,6 +71,7 @@ class SafetensorsFile {
   size_t size_ = 0;
   bool mapped_ = true;
   std::map<std::string, TensorView> tensors_;
+  std::map<size_t, size_t> released_;  // byte offset -> end, disjoint, not touching
 };
 
 // All tensors of a checkpoint folder.
@@ -85,12 +90,32 @@ class TensorStore {
   // Reads the whole checkpoint into the page cache, with progress.
   void prefault(Progress& p) const;
   Residency residency() const { return residency_; }
+  // Gives the memory of bytes no matrix reads any more back to the system
+  // (huge_pages: a matrix repacked elsewhere, see SafetensorsFile::release).
+  void release(const uint8_t* p, size_t n);
 
  private:
   std::string dir_;
   Residency residency_ = Residency::mapped;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
+};
+
+// Anonymous memory owned by the weights (matrices repacked at load): 2 MB
+// pages where it is at least that large and transparent huge pages allow, else
+// 64-byte aligned.
+class WeightBuffer {
+ public:
+  explicit WeightBuffer(size_t bytes);
+  ~WeightBuffer();
+  WeightBuffer(const WeightBuffer&) = delete;
+  WeightBuffer& operator=(const WeightBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  void* region_ = nullptr;  // what munmap takes (null: data_ is from aligned_alloc)
+  size_t region_size_ = 0;
+  uint8_t* data_ = nullptr;
 };
 
 }  // namespace tern

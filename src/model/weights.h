@@ -43,6 +43,20 @@ struct LayerWeights {
   GdnWeights gdn;
   AttnWeights attn;
   MoeWeights moe;
+
+  // f(QTensor&) for every matrix of the layer's type (L: this, const or not).
+  template <class L, class F>
+  static void for_each_matrix(L& l, F&& f) {
+    if (l.type == LayerType::linear_attention)
+      for (auto* t : {&l.gdn.in_qkv, &l.gdn.in_z, &l.gdn.in_b, &l.gdn.in_a, &l.gdn.out}) f(*t);
+    else
+      for (auto* t : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) f(*t);
+    auto& m = l.moe;
+    for (auto* t : {&m.router, &m.shared_expert_gate, &m.shared_gate, &m.shared_up, &m.shared_down})
+      f(*t);
+    for (auto* v : {&m.gate, &m.up, &m.down})
+      for (auto& t : *v) f(t);
+  }
 };
 
 struct ModelWeights {
@@ -54,7 +68,8 @@ struct ModelWeights {
   std::vector<std::string> skipped;  // tensors present but not used (vision, MTP)
 
   std::unique_ptr<TensorStore> store;
-  std::deque<QuantBuffer> owned;  // matrices quantised at load
+  std::deque<QuantBuffer> owned;      // matrices quantised at load
+  std::deque<WeightBuffer> repacked;  // matrices repacked for a backend's kernels
 
   // Bytes of weights read per decoded token (active experts only, lm_head included).
   size_t active_bytes_per_token() const;

@@ -11,8 +11,12 @@
 #include <new>
 #include <string>
 
+#include "backends/cpu/fast/context.h"
 #include "backends/cpu/fast/fast_backend.h"
+#include "backends/cpu/fast/moe_layer.h"
+#include "backends/cpu/fast/pack16.h"
 #include "backends/factory.h"
+#include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/score.h"
 #include "fast_bound.h"
@@ -114,6 +118,17 @@ std::vector<int32_t> greedy(Backend& b, std::vector<std::vector<float>>* logits_
   return out;
 }
 
+// got equals want up to the first step where want's best two were within the
+// int8 bound of each other (want_logits: the logits each was chosen from).
+void expect_follows(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                    const std::vector<std::vector<float>>& want_logits) {
+  const size_t i = size_t(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+  if (i == got.size()) return;
+  const std::vector<float>& l = want_logits[i];
+  EXPECT_LE(l[size_t(want[i])] - l[size_t(got[i])], test::Int8Bound::max_diff * test::max_abs(l))
+      << "departed at step " << i;
+}
+
 }  // namespace
 
 // With fp32 activations: the reference's 128 greedy tokens exactly. With
@@ -127,12 +142,7 @@ TEST_P(FastBackend, GreedyDecodingFollowsTheReference) {
   FastCpuBackend exact(tiny(), GetParam(), false);
   EXPECT_EQ(greedy(exact), want);
   FastCpuBackend fast(tiny(), GetParam());
-  const std::vector<int32_t> got = greedy(fast);
-  const size_t i = size_t(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
-  if (i == got.size()) return;
-  const std::vector<float>& l = ref_logits[i];
-  EXPECT_LE(l[size_t(want[i])] - l[size_t(got[i])], test::Int8Bound::max_diff * test::max_abs(l))
-      << "departed from the reference at step " << i;
+  expect_follows(greedy(fast), want, ref_logits);
 }
 
 TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
@@ -153,6 +163,59 @@ TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::fast::supported_isas()),
                          isa_label);
+
+// Weights repacked (pack16.h) after a read into memory, the bytes they came
+// from given back: the tables that take the layout compute the same integer
+// sums in another fp32 order (each matmul and MoE layer within ~1e-6 of the
+// plain layout's), but an input a rounding away from an int8 code's boundary
+// can then round the other way, and on this dummy that moves later logits by
+// up to 4% of max|logit|: the int8 bound against the plain layout, greedy
+// tokens the same up to a near-tie. The other tables refuse the weights.
+TEST_P(FastBackend, RepackedWeightsServeTheSameModel) {
+  auto packed =
+      load_model(test::tiny_checkpoint(Layout::mlx4, 7), WeightMode::q4, Residency::huge_pages);
+  const size_t bytes = cpu::fast::pack_weights(*packed);
+  ASSERT_TRUE(cpu::fast::has_packed(*packed));
+  EXPECT_TRUE(packed->lm_head.packed16);
+  EXPECT_TRUE(packed->layers[3].attn.o.packed16);  // 1024 inputs: whole 4-group blocks
+  // Every matrix but the routers (8-bit; the shared expert's gate: 1 row) and
+  // the GDN decay and beta projections (4 rows here, 32 in the 35b-a3b).
+  size_t want_bytes = packed->lm_head.bytes();
+  for (const LayerWeights& L : packed->layers)
+    LayerWeights::for_each_matrix(L, [&](const QTensor& t) {
+      if (t.packed16)
+        want_bytes += t.bytes();
+      else
+        EXPECT_TRUE(&t == &L.moe.router || &t == &L.moe.shared_expert_gate || &t == &L.gdn.in_a ||
+                    &t == &L.gdn.in_b);
+    });
+  EXPECT_EQ(bytes, want_bytes);
+  if (!cpu::fast::kernels(GetParam()).packed16) {
+    EXPECT_THROW(FastCpuBackend(packed, GetParam()), Error);
+    return;
+  }
+  // One MoE layer (gathered rows, scaled and accumulated outputs) on the same
+  // quantised inputs: the plain layout's outputs within fp32 rounding.
+  cpu::fast::Context ctx{cpu::fast::WorkPool::global(), cpu::fast::kernels(GetParam()), true, {}};
+  const int64_t T = 150, D = tiny()->cfg.hidden;
+  const std::vector<float> x = test::random_vector(size_t(T * D), 9);
+  cpu::fast::Activations act;
+  act.set(ctx.pool, ctx.k, x.data(), D, T, D, true);
+  for (size_t i = 0; i < packed->layers.size(); ++i) {
+    cpu::fast::MoeLayer m;
+    std::vector<float> want(size_t(T * D)), got(size_t(T * D));
+    m.forward(ctx, tiny()->cfg, tiny()->layers[i].moe, act, T, want.data());
+    m.forward(ctx, tiny()->cfg, packed->layers[i].moe, act, T, got.data());
+    EXPECT_LE(test::max_abs_diff(got, want), 1e-5f * test::max_abs(want)) << "layer " << i;
+  }
+  FastCpuBackend plain(tiny(), GetParam()), fast(packed, GetParam());
+  const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 8);
+  test::expect_within_int8_bound(score_tokens(fast, toks, 0), score_tokens(plain, toks, 0), toks,
+                                 tiny()->cfg.vocab, "repacked vs plain");
+  std::vector<std::vector<float>> plain_logits;
+  const std::vector<int32_t> want = greedy(plain, &plain_logits);
+  expect_follows(greedy(fast), want, plain_logits);
+}
 
 TEST(FastBackend, IsTheDefaultCpuBackend) {
   auto w = load_model(test::tiny_checkpoint(Layout::mlx4, 7), WeightMode::q4);

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/fast/kernels.h"
 #include "backends/cpu/fast/moe_layer.h"
+#include "backends/cpu/fast/pack16.h"
 #include "backends/cpu/fast/work_pool.h"
 #include "backends/cpu/moe.h"
 #include "cpu/delta_reference.h"
@@ -95,6 +96,8 @@ struct MatmulShape {
 // sum of the terms' magnitudes (fp32 accumulation of <= 64 terms a group); and
 // (b) the dequantised weights times the fp32 inputs, in double: the int8
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
+// Tables that take pack16.h's layout are held to the same bounds on the
+// repacked matrix (rows a multiple of 16; groups in 4-group blocks and after).
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
   const MatmulShape shapes[] = {{64, 2048, 1},
                                 {64, 2048, 4},
@@ -105,14 +108,21 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
                                 {29, 320, 6},
                                 {17, 64, 3},
                                 {33, 1280, 16},
+                                {32, 320, 3},
+                                {16, 192, 9},
+                                {48, 1280, 1},
+                                {16, 64, 3},
+                                {32, 128, 5},
                                 // many tokens (the amx table's tiles): token and row
                                 // tails, no whole block, a chunk of 128 and more
                                 {40, 2048, 37},
                                 {37, 192, 20},
                                 {29, 320, 130},
+                                {32, 320, 130},
                                 {100, 4096, 17},
                                 {70, 512, 12},
                                 {64, 1024, 32}};
+  int packed_cases = 0;
   for (const MatmulShape& sh : shapes) {
     const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
     std::vector<uint16_t> storage;
@@ -131,45 +141,60 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
       scale[size_t(t)] = 0.5f + float(t);
     }
     const std::vector<float> before = test::random_vector(size_t((T + 1) * rows), 3);
-    std::vector<float> y = before;
-    const OutRows o{y.data(), rows, out_index.data(), scale.data(), true};
-    const int64_t split = rows / 3;  // two calls: row ranges need not start at 0
-    k().gemm_q4(w, 0, split, c.rows(cols, index.data()), T, o);
-    k().gemm_q4(w, split, rows, c.rows(cols, index.data()), T, o);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      w.dequant_row(r, row.data());
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t xr = index[size_t(t)];
-        double exact = 0, magnitude = 0, ref = 0, bound = 0;
-        for (int64_t g = 0; g < G; ++g) {
-          const double s = load_scalar(w.dtype, w.scales, size_t(r * G + g));
-          const double b = load_scalar(w.dtype, w.biases, size_t(r * G + g));
-          const double dx = c.d[size_t(xr * G + g)], sx = c.s[size_t(xr * G + g)];
-          int64_t isum = 0;
-          double wabs = 0;
-          for (int i = 0; i < 64; ++i) {
-            const int64_t e = g * 64 + i;
-            const uint8_t byte = w.data[size_t(r) * w.row_bytes() + size_t(e / 2)];
-            const int q = e % 2 ? byte >> 4 : byte & 15;
-            isum += q * c.q[size_t(xr * cols + code_offset(G, g, i))];
-            ref += double(row[size_t(e)]) * x[size_t(xr * cols + e)];
-            wabs += std::abs(row[size_t(e)]);
+    std::vector<uint8_t> records;
+    auto check = [&](const QTensor& m, int64_t split, const char* layout) {
+      std::vector<float> y = before;
+      const OutRows o{y.data(), rows, out_index.data(), scale.data(), true};
+      // two calls: row ranges need not start at 0
+      k().gemm_q4(m, 0, split, c.rows(cols, index.data()), T, o);
+      k().gemm_q4(m, split, rows, c.rows(cols, index.data()), T, o);
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        w.dequant_row(r, row.data());
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t xr = index[size_t(t)];
+          double exact = 0, magnitude = 0, ref = 0, bound = 0;
+          for (int64_t g = 0; g < G; ++g) {
+            const double s = load_scalar(w.dtype, w.scales, size_t(r * G + g));
+            const double b = load_scalar(w.dtype, w.biases, size_t(r * G + g));
+            const double dx = c.d[size_t(xr * G + g)], sx = c.s[size_t(xr * G + g)];
+            int64_t isum = 0;
+            double wabs = 0;
+            for (int i = 0; i < 64; ++i) {
+              const int64_t e = g * 64 + i;
+              const uint8_t byte = w.data[size_t(r) * w.row_bytes() + size_t(e / 2)];
+              const int q = e % 2 ? byte >> 4 : byte & 15;
+              isum += q * c.q[size_t(xr * cols + code_offset(G, g, i))];
+              ref += double(row[size_t(e)]) * x[size_t(xr * cols + e)];
+              wabs += std::abs(row[size_t(e)]);
+            }
+            exact += s * dx * double(isum) + b * sx;
+            magnitude += std::abs(s * dx * double(isum)) + std::abs(b * sx);
+            bound += dx / 2 * wabs;
           }
-          exact += s * dx * double(isum) + b * sx;
-          magnitude += std::abs(s * dx * double(isum)) + std::abs(b * sx);
-          bound += dx / 2 * wabs;
+          const double st = scale[size_t(t)];
+          const float was = before[size_t(out_index[size_t(t)] * rows + r)];
+          const double got = y[size_t(out_index[size_t(t)] * rows + r)] - was;
+          EXPECT_NEAR(got, st * exact, st * 1e-5 * magnitude + 1e-5 * std::abs(was))
+              << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
+          EXPECT_NEAR(got, st * ref, st * (bound + 1e-5 * magnitude) + 1e-5 * std::abs(was))
+              << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
         }
-        const double st = scale[size_t(t)];
-        const float was = before[size_t(out_index[size_t(t)] * rows + r)];
-        const double got = y[size_t(out_index[size_t(t)] * rows + r)] - was;
-        EXPECT_NEAR(got, st * exact, st * 1e-5 * magnitude + 1e-5 * std::abs(was))
-            << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
-        EXPECT_NEAR(got, st * ref, st * (bound + 1e-5 * magnitude) + 1e-5 * std::abs(was))
-            << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
       }
+    };
+    check(w, rows / 3, "plain");
+    if (k().packed16 && packable(w)) {
+      records.resize(w.bytes());
+      pack16(w, records.data());
+      QTensor p = w;
+      p.data = records.data();
+      p.scales = p.biases = nullptr;
+      p.packed16 = true;
+      check(p, rows / 3 / kPackRows * kPackRows, "packed16");
+      ++packed_cases;
     }
   }
+  EXPECT_EQ(packed_cases, k().packed16 ? 11 : 0);
 }
 
 // gemm_f32 for the formats gemm_q4 does not take (8-bit router, dense bf16,

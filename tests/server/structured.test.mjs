@@ -57,6 +57,8 @@ const timeTool = { type: "function", function: { name: "get_time", parameters: {
 
 // Thinking off throughout: a random model's reasoning (free, unconstrained)
 // would not end; the constraint after </think> is tested in tests/grammar.
+// The email's local part is unbounded too, so a seed may run out of tokens:
+// every answer that ends must validate, and most must end.
 test("response_format json_schema: every sampled answer validates", async () => {
   const pairs = [];
   for (const seed of [1, 2, 3, 4, 5, 6]) {
@@ -65,9 +67,10 @@ test("response_format json_schema: every sampled answer validates", async () => 
       response_format: { type: "json_schema", json_schema: { name: "person", schema: person, strict: true } },
       chat_template_kwargs: { enable_thinking: false },
     });
-    assert.equal(r.choices[0].finish_reason, "stop", JSON.stringify(r.choices[0]));
-    pairs.push([person, r.choices[0].message.content]);
+    assert.ok(["stop", "length"].includes(r.choices[0].finish_reason), JSON.stringify(r.choices[0]));
+    if (r.choices[0].finish_reason === "stop") pairs.push([person, r.choices[0].message.content]);
   }
+  assert.ok(pairs.length >= 4, `only ${pairs.length} of 6 seeds' objects ended within 400 tokens`);
   assertValid(pairs);
 });
 

@@ -107,6 +107,34 @@ TEST(Safetensors, BadFiles) {
   EXPECT_EQ(SafetensorsFile(f).tensors().at("w").numel(), 2);
 }
 
+// Bytes read into memory and then released (matrices repacked elsewhere): the
+// whole 4 KB pages inside the union of the released ranges read as zeros; a
+// byte of a range still in use never changes.
+TEST(Safetensors, ReleaseGivesBackOnlyWholePagesOfReleasedBytes) {
+  const std::string d = test::scratch_dir("release_st");
+  std::vector<PlannedTensor> ts;
+  for (const char* name : {"a", "b", "c"})
+    ts.push_back({name, DType::f32, {3000}, [](uint8_t* dst) { std::memset(dst, 0x5a, 12000); }});
+  write_safetensors(d, std::move(ts), size_t(1) << 40);
+  TensorStore st(d, Residency::huge_pages);
+  if (st.residency() != Residency::huge_pages) GTEST_SKIP() << "no transparent huge pages";
+  const TensorView &a = st.get("a"), &b = st.get("b"), &c = st.get("c");
+  ASSERT_EQ(a.data + 12000, b.data);
+  ASSERT_EQ(b.data + 12000, c.data);
+  auto count = [](const TensorView& t, uint8_t v) {
+    return std::count(t.data, t.data + t.nbytes, v);
+  };
+  st.release(b.data, b.nbytes);
+  EXPECT_EQ(count(a, 0x5a), 12000);
+  EXPECT_EQ(count(c, 0x5a), 12000);
+  const auto zeros_b = count(b, 0);
+  EXPECT_GE(zeros_b, 4096);  // at least the one whole page inside b
+  EXPECT_EQ(zeros_b % 4096, 0);
+  st.release(a.data, a.nbytes);  // now a and b are one range: the page they share goes too
+  EXPECT_GT(count(a, 0) + count(b, 0), zeros_b + 4096);
+  EXPECT_EQ(count(c, 0x5a), 12000);
+}
+
 TEST(Safetensors, BadIndex) {
   const std::string d = test::scratch_dir("bad_index");
   EXPECT_ERROR_HAS(TensorStore s(d), "no model.safetensors");

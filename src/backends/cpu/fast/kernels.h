@@ -116,8 +116,10 @@ struct Kernels {
   // One row of `cols` (a multiple of 64) inputs into codes, scales and sums.
   void (*quantize)(const float* x, int64_t cols, int8_t* q, float* d, float* s);
   // y[t][r] = W[r] . x[t] for r in [r0, r1), t < T; W affine 4-bit, group 64.
+  // Takes matrices in the pack16.h layout too (r0, r1 then multiples of 16).
   void (*gemm_q4)(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
                   const OutRows& o);
+  bool packed16;
   // The same from fp32 inputs, for every other weight format.
   void (*gemm_f32)(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
                    const OutRows& o);

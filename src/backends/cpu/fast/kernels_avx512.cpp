@@ -18,6 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "backends/cpu/fast/kernels_q4_amx.h"
+#include "backends/cpu/fast/kernels_q4_packed16.h"
 #include "backends/cpu/fast/kernels_q4_tiles.h"
 
 namespace tern::cpu::fast {
@@ -117,10 +118,21 @@ void Avx512::row(const uint8_t* row, const float* sc, const float* bi, int64_t G
   }
 }
 
+// Matrices in the pack16.h layout to its kernel, the others to Plain.
+template <decltype(Kernels::gemm_q4) Plain>
+void gemm_q4_any(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
+                 const OutRows& o) {
+  if (w.packed16) return packed16::gemm_q4(w, r0, r1, x, T, o);
+  Plain(w, r0, r1, x, T, o);
+}
+
 }  // namespace
 
-extern const Kernels kAvx512Kernels = generic::table(Isa::avx512, "avx512", tiles::gemm_q4<Avx512>);
-// The same with AMX-INT8 tiles for calls of many tokens (kernels_q4_amx.h).
-extern const Kernels kAmxKernels = generic::table(Isa::amx, "amx", amx::gemm_q4<Avx512>);
+extern const Kernels kAvx512Kernels =
+    generic::table(Isa::avx512, "avx512", gemm_q4_any<tiles::gemm_q4<Avx512>>, true);
+// The same with AMX-INT8 tiles for plain matrices in calls of many tokens
+// (kernels_q4_amx.h); packed ones take the AVX-512 kernel.
+extern const Kernels kAmxKernels =
+    generic::table(Isa::amx, "amx", gemm_q4_any<amx::gemm_q4<Avx512>>, true);
 
 }  // namespace tern::cpu::fast

@@ -493,11 +493,13 @@ void attention(const AttnArgs& a) {
 
 // An instruction set's table: its 4-bit matmul, the rest of this file built
 // with its flags.
-constexpr Kernels table(Isa isa, const char* name, decltype(Kernels::gemm_q4) gemm_q4) {
+constexpr Kernels table(Isa isa, const char* name, decltype(Kernels::gemm_q4) gemm_q4,
+                        bool packed16 = false) {
   return {.isa = isa,
           .name = name,
           .quantize = quantize,
           .gemm_q4 = gemm_q4,
+          .packed16 = packed16,
           .gemm_f32 = gemm_f32,
           .silu_mul = silu_mul,
           .delta_recurrent = delta_recurrent,

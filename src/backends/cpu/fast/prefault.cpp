@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
 
 namespace tern::cpu::fast {
 
@@ -24,14 +23,26 @@ void populate(const uint8_t* data, size_t bytes, size_t page) {
 }  // namespace
 
 void prefault_weights(const ModelWeights& w, WorkPool& pool) {
-  if (!w.store) return;
-  const std::set<std::string> skipped(w.skipped.begin(), w.skipped.end());
-  std::vector<const TensorView*> tensors;
-  for (const std::string& name : w.store->names())
-    if (!skipped.count(name)) tensors.push_back(&w.store->get(name));
+  if (!w.store || w.store->residency() == Residency::huge_pages) return;  // read in already
+  // The matrices' byte ranges as they are read now (repacked ones were written
+  // in memory, the rest are views into the files).
+  std::vector<std::pair<const uint8_t*, size_t>> ranges;
+  auto add = [&](const QTensor& t) {
+    if (t.empty() || t.packed16) return;
+    const size_t n = size_t(t.rows) * t.row_bytes();
+    ranges.emplace_back(t.data, n);
+    if (t.quantized()) {
+      const size_t p = size_t(t.rows) * t.groups_per_row() * dtype_size(t.dtype);
+      ranges.emplace_back(t.scales, p);
+      ranges.emplace_back(t.biases, p);
+    }
+  };
+  add(w.embed);
+  add(w.lm_head);
+  for (const LayerWeights& L : w.layers) LayerWeights::for_each_matrix(L, add);
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-  pool.run(tensors.size(),
-           [&](size_t i, int) { populate(tensors[i]->data, tensors[i]->nbytes, page); });
+  pool.run(ranges.size(),
+           [&](size_t i, int) { populate(ranges[i].first, ranges[i].second, page); });
 }
 
 }  // namespace tern::cpu::fast
