@@ -30,8 +30,9 @@ void matmul_rows(const Kernels& k, const MatmulJob& j, int64_t r0, int64_t r1) {
     k.gemm_f32(*j.w, r0, r1, j.in->f(j.index), j.T, j.out);
 }
 
-int64_t rows_per_item(const QTensor& w) {
-  const int64_t r = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(1, w.row_bytes())));
+int64_t rows_per_item(const QTensor& w, int64_t T) {
+  const int64_t bytes = (int64_t(256) << 10) / std::clamp<int64_t>(T, 1, 4);
+  const int64_t r = std::max<int64_t>(1, bytes / int64_t(std::max<size_t>(1, w.row_bytes())));
   return std::max<int64_t>(16, r / 16 * 16);
 }
 
@@ -40,7 +41,7 @@ void MatmulRunner::run(WorkPool& pool, const Kernels& k, std::span<const MatmulJ
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (jobs[j].T == 0) continue;
     const QTensor& w = *jobs[j].w;
-    const int64_t step = rows_per_item(w);
+    const int64_t step = rows_per_item(w, jobs[j].T);
     for (int64_t r = 0; r < w.rows; r += step)
       items_.push_back({int(j), r, std::min(w.rows, r + step)});
   }
