@@ -10,7 +10,8 @@
 // fraction of the bf16 matrix rate and, with --split, the time per phase.
 // CPU (cpu, cpu-ref): the context is a prefill of random tokens
 // (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
-// larger than L3. Table on stdout, JSON and a plot (SVG or PNG) on request.
+// larger than L3, measured at the start and again after each decode row
+// (that row's floor). Table on stdout, JSON and a plot (SVG or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -171,11 +172,17 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
   if (!lengths.decode.empty()) print_decode_header();
   for (int64_t L : lengths.decode) {
     const std::vector<double> secs = time_cpu_decode(*be, L, o.gen, o.repeat, o.seed + 7 * L);
+    // Measured again right after the row: a shared VM's bandwidth drifts by
+    // 2x within minutes (docs/cpu-backend.md), and the floor is this row's.
+    const cpu::fast::MemoryBandwidth row_bw =
+        cpu::fast::measure_memory_bandwidth(cpu::fast::WorkPool::global());
     const double bytes =
         double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
-    nlohmann::json row = decode_row(L, secs, o.gen, bytes, bw.copy, points);
+    nlohmann::json row = decode_row(L, secs, o.gen, bytes, row_bw.copy, points);
     row["weight_gb_s"] = double(weights) / (median(secs) / o.gen) / 1e9;
-    row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / bw.read;
+    row["copy_bandwidth_gb_s"] = row_bw.copy / 1e9;
+    row["read_bandwidth_gb_s"] = row_bw.read / 1e9;
+    row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / row_bw.read;
     rows.push_back(row);
   }
   const nlohmann::json j = {{"command", o.command},

@@ -55,9 +55,10 @@ void matmul_rows(const Kernels& k, const MatmulJob& j, int64_t r0, int64_t r1);
 // Rows per work item for a matrix multiplied by T tokens, a multiple of 16:
 // ~256 KB of weights for one token, down to ~64 KB from 4 tokens on. Decode
 // streams each item's weights once, and longer stretches keep the hardware
-// prefetcher running (decode at 512 on the Zen 5 VM: +10-18% in three of
-// four alternating pairs over 64 KB); a prompt's items cost T times more
-// each, so smaller ones balance the threads (at 256 KB: -7% and -37%).
+// prefetcher running (decode at 512 on the Zen 5 VM, four alternating pairs:
+// 14.8-20.2 against 8.6-17.3 tok/s at 64 KB); a prompt's items cost T times
+// more each, so smaller ones balance the threads (a 512-token prompt at 256 KB:
+// -7% and -37%). bench/results/cpu-item-size-ab-d1aa293-zen5.txt
 int64_t rows_per_item(const QTensor& w, int64_t T);
 
 class MatmulRunner {
