@@ -44,6 +44,14 @@ size_t QTensor::bytes() const {
   return b;
 }
 
+std::array<std::span<const uint8_t>, 3> QTensor::storage() const {
+  if (empty()) return {};
+  if (!quantized() || packed16) return {std::span(data, bytes()), {}, {}};
+  const size_t params = size_t(rows) * groups_per_row() * dtype_size(dtype);
+  return {std::span(data, size_t(rows) * row_bytes()), std::span(scales, params),
+          std::span(biases, params)};
+}
+
 void QTensor::dequant_row(int64_t r, float* out) const {
   if (packed16) fail("a matrix repacked for the fast CPU backend's kernels has no plain rows");
   if (fmt == WFormat::dense) {

@@ -4,8 +4,10 @@
 // w = scale * q + bias). Rows are expanded only on the fly, a row at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/safetensors.h"
@@ -34,6 +36,9 @@ struct QTensor {
   size_t groups_per_row() const { return size_t(cols / group); }
   // Bytes read to use the whole matrix once (data + scales + biases).
   size_t bytes() const;
+  // Where those bytes are: data, then (quantised, not packed16) scales and
+  // biases; empty spans for what the matrix does not have.
+  std::array<std::span<const uint8_t>, 3> storage() const;
   void dequant_row(int64_t r, float* out) const;
   // Rows [begin, begin + n) as a matrix of their own (a view, no copy).
   QTensor row_slice(int64_t begin, int64_t n) const;

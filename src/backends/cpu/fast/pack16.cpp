@@ -37,13 +37,12 @@ std::array<UnitSource, 16> unit_sources(int64_t G, int64_t g) {
   return src;
 }
 
-// Byte ranges [begin, end) of a matrix's storage.
-std::array<std::pair<const uint8_t*, const uint8_t*>, 3> ranges(const QTensor& w) {
-  const size_t code_bytes = size_t(w.rows) * w.row_bytes(),
-               param_bytes = size_t(w.rows) * w.groups_per_row() * dtype_size(w.dtype);
-  return {{{w.data, w.data + code_bytes},
-           {w.scales, w.scales + param_bytes},
-           {w.biases, w.biases + param_bytes}}};
+// The byte ranges [begin, end) of a matrix's storage.
+std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges(const QTensor& w) {
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> out;
+  for (std::span<const uint8_t> r : w.storage())
+    if (!r.empty()) out.emplace_back(r.data(), r.data() + r.size());
+  return out;
 }
 
 template <class W, class F>
@@ -93,11 +92,6 @@ size_t pack_weights(ModelWeights& w) {
   // is not packable) are never given back.
   std::vector<std::pair<const uint8_t*, const uint8_t*>> kept;
   auto keep = [&](const QTensor& t) {
-    if (t.empty()) return;
-    if (!t.quantized()) {
-      kept.emplace_back(t.data, t.data + t.bytes());
-      return;
-    }
     for (const auto& r : ranges(t)) kept.push_back(r);
   };
   keep(w.embed);

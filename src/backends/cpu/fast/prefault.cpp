@@ -26,23 +26,18 @@ void prefault_weights(const ModelWeights& w, WorkPool& pool) {
   if (!w.store || w.store->residency() == Residency::huge_pages) return;  // read in already
   // The matrices' byte ranges as they are read now (repacked ones were written
   // in memory, the rest are views into the files).
-  std::vector<std::pair<const uint8_t*, size_t>> ranges;
+  std::vector<std::span<const uint8_t>> ranges;
   auto add = [&](const QTensor& t) {
-    if (t.empty() || t.packed16) return;
-    const size_t n = size_t(t.rows) * t.row_bytes();
-    ranges.emplace_back(t.data, n);
-    if (t.quantized()) {
-      const size_t p = size_t(t.rows) * t.groups_per_row() * dtype_size(t.dtype);
-      ranges.emplace_back(t.scales, p);
-      ranges.emplace_back(t.biases, p);
-    }
+    if (t.packed16) return;
+    for (std::span<const uint8_t> r : t.storage())
+      if (!r.empty()) ranges.push_back(r);
   };
   add(w.embed);
   add(w.lm_head);
   for (const LayerWeights& L : w.layers) LayerWeights::for_each_matrix(L, add);
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   pool.run(ranges.size(),
-           [&](size_t i, int) { populate(ranges[i].first, ranges[i].second, page); });
+           [&](size_t i, int) { populate(ranges[i].data(), ranges[i].size(), page); });
 }
 
 }  // namespace tern::cpu::fast
