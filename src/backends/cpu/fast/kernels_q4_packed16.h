@@ -4,8 +4,9 @@
 // a group of 16 rows is 8 loads, 24 bit operations and 16 vpdpbusd a token,
 // then one conversion and two FMAs with the rows' scales and biases; the
 // outputs of 16 rows are one vector (no horizontal sums). The weights come in
-// as one sequential stream (measured: 38-68 GB/s on 2 cores where the plain
-// layout's row kernel made 22). Up to 8 tokens share each record's loads.
+// as one sequential stream (bench/cpu_kernels on the Zen 5 VM: 32-41.5 GB/s
+// from memory on 2 cores where the plain layout's row kernel made 23-24.6).
+// Up to 8 tokens share each record's loads.
 // Not a public header: include it only from kernels_avx512.cpp.
 #pragma once
 
@@ -58,13 +59,12 @@ inline void record(const uint8_t* rec, const int8_t* const* xa, const float* d, 
   }
 }
 
-// Rows [16 b, 16 b + 16) (records from rec) for N tokens into y rows r.
+// Rows [r, r + 16) (records from rec) for N tokens, output rows t0.. t0 + N.
 template <int N>
-void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows& o,
-           const int64_t* t_out, int64_t r) {
+void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows& o, int64_t t0,
+           int64_t r) {
   __m512 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
-  const int64_t GB = G / kBlockGroups * kBlockGroups;
   for (int64_t g = 0; g < G; ++g, rec += kPackRecord) {
     const int8_t* xa[N];
     float d[N], s[N];
@@ -73,15 +73,15 @@ void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows&
       d[t] = x.d[t][g];
       s[t] = x.s[t][g];
     }
-    if (g < GB)
+    if (unit_stride(G, g) == 16)
       record<N, 16>(rec, xa, d, s, acc);
     else
       record<N, 4>(rec, xa, d, s, acc);
   }
   for (int t = 0; t < N; ++t) {
-    float* y = o.y + o.ld * (o.index ? o.index[t_out[t]] : t_out[t]) + r;
+    float* y = o.y + o.ld * (o.index ? o.index[t0 + t] : t0 + t) + r;
     __m512 v = acc[t];
-    if (o.scale) v = _mm512_mul_ps(v, _mm512_set1_ps(o.scale[t_out[t]]));
+    if (o.scale) v = _mm512_mul_ps(v, _mm512_set1_ps(o.scale[t0 + t]));
     if (o.accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
     _mm512_storeu_ps(y, v);
   }
@@ -89,11 +89,11 @@ void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows&
 
 template <int M>
 inline void block_n(int nt, const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows& o,
-                    const int64_t* t_out, int64_t r) {
+                    int64_t t0, int64_t r) {
   if constexpr (M > 1) {
-    if (nt < M) return block_n<M - 1>(nt, rec, G, x, o, t_out, r);
+    if (nt < M) return block_n<M - 1>(nt, rec, G, x, o, t0, r);
   }
-  block<M>(rec, G, x, o, t_out, r);
+  block<M>(rec, G, x, o, t0, r);
 }
 
 // gemm_q4 for a packed matrix; r0 and r1 are multiples of 16 (work items are).
@@ -107,15 +107,13 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
     for (int64_t t0 = 0; t0 < T; t0 += kTokens) {
       const int nt = int(std::min<int64_t>(kTokens, T - t0));
       tiles::Tokens tk;
-      int64_t t_out[kTokens];
       for (int t = 0; t < nt; ++t) {
         const int64_t xr = x.index ? x.index[t0 + t] : t0 + t;
         tk.q[t] = x.q + xr * x.cols;
         tk.d[t] = x.d + xr * G;
         tk.s[t] = x.s + xr * G;
-        t_out[t] = t0 + t;
       }
-      block_n<kTokens>(nt, rec, G, tk, o, t_out, r);
+      block_n<kTokens>(nt, rec, G, tk, o, t0, r);
     }
   }
 }

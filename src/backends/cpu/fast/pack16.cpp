@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "backends/cpu/fast/work_pool.h"
@@ -35,14 +36,6 @@ std::array<UnitSource, 16> unit_sources(int64_t G, int64_t g) {
     src[u] = {i0 / 8, 4 * (i0 % 2)};
   }
   return src;
-}
-
-// The byte ranges [begin, end) of a matrix's storage.
-std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges(const QTensor& w) {
-  std::vector<std::pair<const uint8_t*, const uint8_t*>> out;
-  for (std::span<const uint8_t> r : w.storage())
-    if (!r.empty()) out.emplace_back(r.data(), r.data() + r.size());
-  return out;
 }
 
 template <class W, class F>
@@ -90,17 +83,19 @@ void pack16(const QTensor& w, uint8_t* out) {
 size_t pack_weights(ModelWeights& w) {
   // Bytes still read in the plain layout (the embedding, tied or not, and what
   // is not packable) are never given back.
-  std::vector<std::pair<const uint8_t*, const uint8_t*>> kept;
+  std::vector<std::span<const uint8_t>> kept;
   auto keep = [&](const QTensor& t) {
-    for (const auto& r : ranges(t)) kept.push_back(r);
+    for (std::span<const uint8_t> r : t.storage())
+      if (!r.empty()) kept.push_back(r);
   };
   keep(w.embed);
   for_each_packable_slot(w, [&](QTensor& t) {
     if (!packable(t)) keep(t);
   });
-  auto in_use = [&](const std::pair<const uint8_t*, const uint8_t*>& r) {
-    return std::any_of(kept.begin(), kept.end(),
-                       [&](const auto& k) { return r.first < k.second && k.first < r.second; });
+  auto in_use = [&](std::span<const uint8_t> r) {
+    return std::any_of(kept.begin(), kept.end(), [&](std::span<const uint8_t> k) {
+      return r.data() < k.data() + k.size() && k.data() < r.data() + r.size();
+    });
   };
 
   size_t total = 0;
@@ -109,11 +104,11 @@ size_t pack_weights(ModelWeights& w) {
     for (const QTensor* t : group) bytes += t->bytes();
     if (bytes == 0) return;
     uint8_t* dst = w.repacked.emplace_back(bytes).data();
-    std::vector<std::pair<const uint8_t*, const uint8_t*>> sources;
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> sources;  // [begin, end)
     for (QTensor* t : group) {
       pack16(*t, dst);
-      for (const auto& r : ranges(*t))
-        if (!in_use(r)) sources.push_back(r);
+      for (std::span<const uint8_t> r : t->storage())
+        if (!r.empty() && !in_use(r)) sources.emplace_back(r.data(), r.data() + r.size());
       t->data = dst;
       t->scales = t->biases = nullptr;
       t->packed16 = true;
