@@ -1,12 +1,13 @@
-// Micro-benchmark of the fast CPU backend's 4-bit matmul per instruction set:
+// Micro-benchmark of the fast CPU backend's 4-bit matmul per instruction set
+// (and its 8-bit routers'):
 // decode (one token, a matrix far larger than L3, so memory streams) and
 // prefill shapes (many tokens over a matrix in cache), in GB/s of packed
 // weights and G multiply-adds/s, beside the machine's memory bandwidth.
 // On x86 with AVX-512 VNNI it first times the core's own vpdpbusd and FMA
 // throughput (the ceiling the 4-bit kernels' instruction counts are read
 // against, docs/cpu-backend.md).
-// Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, expert, dense64,
-// dense512; default all)
+// Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, routers, expert,
+// dense64, dense512; default all)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,10 +36,10 @@ struct Matrix {
   QTensor t;
 };
 
-Matrix random_q4(int64_t rows, int64_t cols) {
+Matrix random_affine(int64_t rows, int64_t cols, int bits = 4) {
   Matrix m;
   CounterRng rng(7);
-  m.packed.resize(size_t(rows * cols / 8));
+  m.packed.resize(size_t(rows * cols * bits / 32));
   for (auto& w : m.packed) w = uint32_t(rng.next_u64());
   m.scales.assign(size_t(rows * cols / 64), 0x3c00);  // bf16 0.0078
   m.biases.assign(size_t(rows * cols / 64), 0xbd80);  // bf16 -0.0625
@@ -46,7 +47,7 @@ Matrix random_q4(int64_t rows, int64_t cols) {
   m.t.dtype = DType::bf16;
   m.t.rows = rows;
   m.t.cols = cols;
-  m.t.bits = 4;
+  m.t.bits = bits;
   m.t.group = 64;
   m.t.data = reinterpret_cast<const uint8_t*>(m.packed.data());
   m.t.scales = reinterpret_cast<const uint8_t*>(m.scales.data());
@@ -55,6 +56,7 @@ Matrix random_q4(int64_t rows, int64_t cols) {
 }
 
 struct Acts {
+  std::vector<float> x;
   std::vector<int8_t> q;
   std::vector<float> d, s;
   QRows rows;
@@ -65,6 +67,7 @@ Acts random_acts(const Kernels& k, int64_t T, int64_t cols) {
   std::vector<float> x(size_t(T * cols));
   for (float& v : x) v = rng.normal();
   Acts a;
+  a.x = x;
   a.q.resize(x.size());
   a.d.resize(size_t(T * cols / 64));
   a.s.resize(a.d.size());
@@ -154,7 +157,11 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
     auto fn = [&] {
       pool.run(items, [&](size_t i, int) {
         const int64_t r0 = int64_t(i) * block;
-        k.gemm_q4(t, r0, std::min(t.rows, r0 + block), a.rows, T, o);
+        const int64_t r1 = std::min(t.rows, r0 + block);
+        if (gemm_q4_takes(t))
+          k.gemm_q4(t, r0, r1, a.rows, T, o);
+        else  // the 8-bit routers' plain layout
+          k.gemm_f32(t, r0, r1, {a.x.data(), t.cols, nullptr}, T, o);
       });
     };
     fn();
@@ -165,6 +172,40 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
         k.name, packed ? "packed16" : "plain", what, (long long)t.rows, (long long)t.cols,
         (long long)T, s * 1e3, double(t.bytes()) / s / 1e9, macs / s / 1e9);
   }
+}
+
+// Decode attention over a KV cache of n_keys positions (one query of the GQA
+// group's 8 heads, head dim 256, two KV heads a row as the cache stores
+// them), keys split over the pool as the attention layer splits them.
+void run_attention(const Kernels& k, WorkPool& pool, int64_t n_keys, const std::string& only) {
+  if (!only.empty() && only != "attention") return;
+  constexpr int kHeads = 8, kHd = 256, kKv = 2;
+  CounterRng rng(5);
+  std::vector<float> q(size_t(kHeads * kHd)), kv(size_t(2 * n_keys * kKv * kHd));
+  for (float& v : q) v = 0.2f * rng.normal();
+  for (float& v : kv) v = rng.normal();
+  const int64_t splits = std::max<int64_t>(1, n_keys / 1024), per = (n_keys + splits - 1) / splits;
+  const size_t items = size_t(kKv * splits), rows = kHeads;
+  std::vector<float> parts(items * rows * (kHd + 2));
+  std::vector<std::vector<float>> scratch(size_t(pool.size()),
+                                          std::vector<float>(attn_scratch_floats(kHeads, 1, kHd)));
+  const float* K = kv.data();
+  const float* V = K + n_keys * kKv * kHd;
+  auto fn = [&] {
+    pool.run(items, [&](size_t i, int thread) {
+      const int64_t g = int64_t(i) / splits, s = int64_t(i) % splits;
+      float* p = parts.data() + i * rows * (kHd + 2);
+      k.attention({q.data(), kHeads * kHd, kHd, kHeads, kHd, 1, n_keys - 1, K + g * kHd,
+                   V + g * kHd, kKv * kHd, s * per, std::min(n_keys, (s + 1) * per), 0.0625f, p,
+                   p + rows, p + 2 * rows, scratch[size_t(thread)].data()});
+    });
+  };
+  fn();
+  const double sec = best_seconds(20, fn);
+  std::printf(
+      "%-8s attention decode, %6lld keys (8 heads x 256, 2 KV heads): %8.3f ms  %6.1f GB/s of K "
+      "and V\n",
+      k.name, (long long)n_keys, sec * 1e3, double(kv.size() * 4) / sec / 1e9);
 }
 
 }  // namespace
@@ -180,15 +221,18 @@ int main(int argc, char** argv) {
       (want_isa.empty() || want_isa == "avx512"))
     vector_op_rates();
 #endif
-  const Matrix big = random_q4(131072, 2048);  // 151 MB: streams from memory
-  const Matrix expert = random_q4(1024, 2048), dense = random_q4(8192, 2048);
+  const Matrix big = random_affine(131072, 2048);  // 151 MB: streams from memory
+  const Matrix expert = random_affine(1024, 2048), dense = random_affine(8192, 2048);
+  const Matrix routers = random_affine(40 * 256, 2048, 8);  // the 35b-a3b's, 8-bit
   for (Isa isa : supported_isas()) {
     if (!want_isa.empty() && want_isa != isa_name(isa)) continue;
     const Kernels& k = kernels(isa);
     run_shape(k, pool, big, 1, 64, 5, "decode, from memory", only, "decode-memory");
     run_shape(k, pool, expert, 1, 64, 50, "decode, in cache", only, "decode-cache");
+    run_shape(k, pool, routers, 1, 64, 20, "decode, 40 8-bit routers", only, "routers");
     run_shape(k, pool, expert, 16, 64, 20, "expert, 16 tokens", only, "expert");
     run_shape(k, pool, dense, 64, 64, 3, "dense, 64 tokens", only, "dense64");
     run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
+    for (int64_t n : {512, 8192, 32768}) run_attention(k, pool, n, only);
   }
 }

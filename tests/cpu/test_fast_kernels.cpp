@@ -97,7 +97,8 @@ struct MatmulShape {
 // (b) the dequantised weights times the fp32 inputs, in double: the int8
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
 // Tables that take pack16.h's layout are held to the same bounds on the
-// repacked matrix (rows a multiple of 16; groups in 4-group blocks and after).
+// repacked matrix (rows a multiple of 16; groups in 4-group blocks and after),
+// and on 8-bit matrices (the routers) repacked.
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
   const MatmulShape shapes[] = {{64, 2048, 1},
                                 {64, 2048, 4},
@@ -123,78 +124,81 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
                                 {70, 512, 12},
                                 {64, 1024, 32}};
   int packed_cases = 0;
-  for (const MatmulShape& sh : shapes) {
-    const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
-    std::vector<uint16_t> storage;
-    QTensor d = test::random_bf16_matrix(rows, cols, uint64_t(rows + cols), 0.05f, storage);
-    QuantBuffer qb = quantize_matrix(d, 4, 64);
-    const QTensor w = qb.view(rows, cols, 4, 64);
-    // Input row t is row index[t] of 2T quantised rows; output row t is row
-    // out_index[t] of T + 1, times scale[t], added to what was there.
-    const std::vector<float> x = activations(size_t(2 * T * cols), uint64_t(T * cols));
-    const Codes c = quantize_rows(k(), x, 2 * T, cols);
-    std::vector<int32_t> index(static_cast<size_t>(T)), out_index(static_cast<size_t>(T));
-    std::vector<float> scale(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) {
-      index[size_t(t)] = int32_t((3 * t + 1) % (2 * T));
-      out_index[size_t(t)] = int32_t(T - t);
-      scale[size_t(t)] = 0.5f + float(t);
-    }
-    const std::vector<float> before = test::random_vector(size_t((T + 1) * rows), 3);
-    std::vector<uint8_t> records;
-    auto check = [&](const QTensor& m, int64_t split, const char* layout) {
-      std::vector<float> y = before;
-      const OutRows o{y.data(), rows, out_index.data(), scale.data(), true};
-      // two calls: row ranges need not start at 0
-      k().gemm_q4(m, 0, split, c.rows(cols, index.data()), T, o);
-      k().gemm_q4(m, split, rows, c.rows(cols, index.data()), T, o);
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        w.dequant_row(r, row.data());
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t xr = index[size_t(t)];
-          double exact = 0, magnitude = 0, ref = 0, bound = 0;
-          for (int64_t g = 0; g < G; ++g) {
-            const double s = load_scalar(w.dtype, w.scales, size_t(r * G + g));
-            const double b = load_scalar(w.dtype, w.biases, size_t(r * G + g));
-            const double dx = c.d[size_t(xr * G + g)], sx = c.s[size_t(xr * G + g)];
-            int64_t isum = 0;
-            double wabs = 0;
-            for (int i = 0; i < 64; ++i) {
-              const int64_t e = g * 64 + i;
-              const uint8_t byte = w.data[size_t(r) * w.row_bytes() + size_t(e / 2)];
-              const int q = e % 2 ? byte >> 4 : byte & 15;
-              isum += q * c.q[size_t(xr * cols + code_offset(G, g, i))];
-              ref += double(row[size_t(e)]) * x[size_t(xr * cols + e)];
-              wabs += std::abs(row[size_t(e)]);
-            }
-            exact += s * dx * double(isum) + b * sx;
-            magnitude += std::abs(s * dx * double(isum)) + std::abs(b * sx);
-            bound += dx / 2 * wabs;
-          }
-          const double st = scale[size_t(t)];
-          const float was = before[size_t(out_index[size_t(t)] * rows + r)];
-          const double got = y[size_t(out_index[size_t(t)] * rows + r)] - was;
-          EXPECT_NEAR(got, st * exact, st * 1e-5 * magnitude + 1e-5 * std::abs(was))
-              << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
-          EXPECT_NEAR(got, st * ref, st * (bound + 1e-5 * magnitude) + 1e-5 * std::abs(was))
-              << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
-        }
+  for (int bits : {4, 8})  // 8 bits: the routers, packed only
+    for (const MatmulShape& sh : shapes) {
+      const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
+      std::vector<uint16_t> storage;
+      QTensor d = test::random_bf16_matrix(rows, cols, uint64_t(rows + cols), 0.05f, storage);
+      QuantBuffer qb = quantize_matrix(d, bits, 64);
+      const QTensor w = qb.view(rows, cols, bits, 64);
+      // Input row t is row index[t] of 2T quantised rows; output row t is row
+      // out_index[t] of T + 1, times scale[t], added to what was there.
+      const std::vector<float> x = activations(size_t(2 * T * cols), uint64_t(T * cols));
+      const Codes c = quantize_rows(k(), x, 2 * T, cols);
+      std::vector<int32_t> index(static_cast<size_t>(T)), out_index(static_cast<size_t>(T));
+      std::vector<float> scale(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        index[size_t(t)] = int32_t((3 * t + 1) % (2 * T));
+        out_index[size_t(t)] = int32_t(T - t);
+        scale[size_t(t)] = 0.5f + float(t);
       }
-    };
-    check(w, rows / 3, "plain");
-    if (k().packed16 && packable(w)) {
-      records.resize(w.bytes());
-      pack16(w, records.data());
-      QTensor p = w;
-      p.data = records.data();
-      p.scales = p.biases = nullptr;
-      p.packed16 = true;
-      check(p, rows / 3 / kPackRows * kPackRows, "packed16");
-      ++packed_cases;
+      const std::vector<float> before = test::random_vector(size_t((T + 1) * rows), 3);
+      std::vector<uint8_t> records;
+      auto check = [&](const QTensor& m, int64_t split, const char* layout) {
+        std::vector<float> y = before;
+        const OutRows o{y.data(), rows, out_index.data(), scale.data(), true};
+        // two calls: row ranges need not start at 0
+        k().gemm_q4(m, 0, split, c.rows(cols, index.data()), T, o);
+        k().gemm_q4(m, split, rows, c.rows(cols, index.data()), T, o);
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          w.dequant_row(r, row.data());
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t xr = index[size_t(t)];
+            double exact = 0, magnitude = 0, ref = 0, bound = 0;
+            for (int64_t g = 0; g < G; ++g) {
+              const double s = load_scalar(w.dtype, w.scales, size_t(r * G + g));
+              const double b = load_scalar(w.dtype, w.biases, size_t(r * G + g));
+              const double dx = c.d[size_t(xr * G + g)], sx = c.s[size_t(xr * G + g)];
+              int64_t isum = 0;
+              double wabs = 0;
+              for (int i = 0; i < 64; ++i) {
+                const int64_t e = g * 64 + i;
+                const uint8_t* row_codes = w.data + size_t(r) * w.row_bytes();
+                const int q = bits == 8 ? row_codes[e]
+                              : e % 2   ? row_codes[e / 2] >> 4
+                                        : row_codes[e / 2] & 15;
+                isum += q * c.q[size_t(xr * cols + code_offset(G, g, i))];
+                ref += double(row[size_t(e)]) * x[size_t(xr * cols + e)];
+                wabs += std::abs(row[size_t(e)]);
+              }
+              exact += s * dx * double(isum) + b * sx;
+              magnitude += std::abs(s * dx * double(isum)) + std::abs(b * sx);
+              bound += dx / 2 * wabs;
+            }
+            const double st = scale[size_t(t)];
+            const float was = before[size_t(out_index[size_t(t)] * rows + r)];
+            const double got = y[size_t(out_index[size_t(t)] * rows + r)] - was;
+            EXPECT_NEAR(got, st * exact, st * 1e-5 * magnitude + 1e-5 * std::abs(was))
+                << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
+            EXPECT_NEAR(got, st * ref, st * (bound + 1e-5 * magnitude) + 1e-5 * std::abs(was))
+                << layout << " " << rows << "x" << cols << " T=" << T << " r=" << r << " t=" << t;
+          }
+        }
+      };
+      if (bits == 4) check(w, rows / 3, "plain");
+      if (k().packed16 && packable(w)) {
+        records.resize(w.bytes());
+        pack16(w, records.data());
+        QTensor p = w;
+        p.data = records.data();
+        p.scales = p.biases = nullptr;
+        p.packed16 = true;
+        check(p, rows / 3 / kPackRows * kPackRows, bits == 8 ? "packed16 8-bit" : "packed16");
+        ++packed_cases;
+      }
     }
-  }
-  EXPECT_EQ(packed_cases, k().packed16 ? 11 : 0);
+  EXPECT_EQ(packed_cases, k().packed16 ? 22 : 0);
 }
 
 // gemm_f32 for the formats gemm_q4 does not take (8-bit router, dense bf16,
@@ -286,8 +290,10 @@ TEST_P(FastKernels, DeltaRuleFormsMatchTheReference) {
 }
 
 // Causal attention of 8 query heads on one KV head (the model's GQA group of
-// head dim 256, the tiny dummy's 2, and an odd one), the keys in ranges merged as the attention
-// layer merges them, against a double softmax over the visible keys: 1e-5.
+// head dim 256, the tiny dummy's 2, and an odd one), the keys in ranges merged
+// as the attention layer merges them, against a double softmax over the
+// visible keys: 1e-5. Up to 16 rows (queries x heads) take the direct loops,
+// more the GEMMs.
 TEST_P(FastKernels, AttentionMatchesADirectSoftmax) {
   struct Case {
     int heads, hd;
@@ -295,7 +301,7 @@ TEST_P(FastKernels, AttentionMatchesADirectSoftmax) {
   };
   for (const Case& cs : {Case{8, 256, 1, 0, 1}, Case{8, 256, 1, 300, 3}, Case{8, 256, 17, 0, 1},
                          Case{8, 256, 5, 70, 2}, Case{3, 40, 9, 130, 4}, Case{2, 256, 16, 200, 1},
-                         Case{2, 256, 3, 90, 2}}) {
+                         Case{2, 256, 3, 90, 2}, Case{3, 40, 2, 50, 2}}) {
     const int64_t n_keys = cs.pos0 + cs.nq, hd = cs.hd, H = cs.heads;
     const std::vector<float> q = test::random_vector(size_t(cs.nq * H * hd), 1, 0.2f);
     const std::vector<float> kk = test::random_vector(size_t(n_keys * hd), 2);

@@ -115,8 +115,9 @@ struct Kernels {
   const char* name;
   // One row of `cols` (a multiple of 64) inputs into codes, scales and sums.
   void (*quantize)(const float* x, int64_t cols, int8_t* q, float* d, float* s);
-  // y[t][r] = W[r] . x[t] for r in [r0, r1), t < T; W affine 4-bit, group 64.
-  // Takes matrices in the pack16.h layout too (r0, r1 then multiples of 16).
+  // y[t][r] = W[r] . x[t] for r in [r0, r1), t < T; W affine 4-bit, group 64,
+  // or (tables with packed16) 4- or 8-bit in the pack16.h layout, r0 and r1
+  // then multiples of 16.
   void (*gemm_q4)(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
                   const OutRows& o);
   bool packed16;
@@ -138,9 +139,9 @@ std::vector<Isa> supported_isas();
 Isa default_isa();
 const char* isa_name(Isa isa);
 
-// True when gemm_q4 takes the matrix (affine, 4 bits, groups of 64).
-inline bool is_q4(const QTensor& w) {
-  return w.quantized() && w.bits == 4 && w.group == kGroup;
+// True when gemm_q4 takes the matrix (affine, 4 bits, groups of 64, or packed).
+inline bool gemm_q4_takes(const QTensor& w) {
+  return w.packed16 || (w.quantized() && w.bits == 4 && w.group == kGroup);
 }
 
 }  // namespace tern::cpu::fast

@@ -24,6 +24,20 @@ using namespace tern::cpu::fast;
 
 constexpr int kLanes = 16;  // independent accumulators of the integer sums
 
+// A per-thread buffer of n elements (Tag tells call sites apart): up to kFixed
+// in static thread storage, sized for rows up to the model's widest (4096
+// inputs), so the first item a pool thread runs allocates nothing (decode
+// allocates nothing per token); wider ones, which no preset has, on the heap.
+constexpr int64_t kWidestRow = 4096;
+template <class Tag, class T, size_t kFixed>
+T* thread_buffer(size_t n) {
+  alignas(64) thread_local T fixed[kFixed];
+  thread_local std::vector<T> wide;
+  if (n <= kFixed) return fixed;
+  if (wide.size() < n) wide.resize(n);
+  return wide.data();
+}
+
 // 8 floats as one value (GCC/Clang vector extension: AVX registers where the
 // translation unit has AVX, two SSE or NEON registers where it has not).
 typedef float V8 __attribute__((vector_size(32)));
@@ -170,14 +184,15 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
              const OutRows& o) {
   constexpr int64_t kRows = 64;
   const int64_t G = int64_t(w.groups_per_row());
-  thread_local std::vector<float> params;
-  thread_local std::vector<int8_t> codes;
-  if (params.size() < size_t(2 * G * kRows)) params.resize(size_t(2 * G * kRows));
-  if (codes.size() < size_t(w.cols)) codes.resize(size_t(w.cols));
+  struct Params;
+  struct Codes;
+  float* params =
+      thread_buffer<Params, float, 2 * kRows * kWidestRow / kGroup>(size_t(2 * G * kRows));
+  int8_t* codes = thread_buffer<Codes, int8_t, kWidestRow>(size_t(w.cols));
   for (int64_t b0 = r0; b0 < r1; b0 += kRows) {
     const int64_t b1 = std::min(r1, b0 + kRows);
     for (int64_t r = b0; r < b1; ++r) {
-      float* p = params.data() + 2 * G * (r - b0);
+      float* p = params + 2 * G * (r - b0);
       group_params(w, r, p, p + G);
     }
     for (int64_t t = 0; t < T; ++t) {
@@ -189,11 +204,11 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
         for (int i = 0; i < kGroup; ++i) codes[size_t(g * kGroup + i)] = xq[code_offset(G, g, i)];
       for (int64_t r = b0; r < b1; ++r) {
         const uint8_t* row = w.data + size_t(r) * w.row_bytes();
-        const float *sc = params.data() + 2 * G * (r - b0), *bi = sc + G;
+        const float *sc = params + 2 * G * (r - b0), *bi = sc + G;
         float total = 0.0f;
         for (int64_t g = 0; g < G; ++g) {
           const uint8_t* wg = row + g * (kGroup / 2);
-          const int8_t* cg = codes.data() + g * kGroup;
+          const int8_t* cg = codes + g * kGroup;
           int32_t acc[kLanes] = {};
           for (int b = 0; b < kGroup / 2; b += kLanes)
             for (int l = 0; l < kLanes; ++l)
@@ -256,15 +271,10 @@ void dots_4x2(const float* const* a, const float* const* b, int64_t n, float (&o
 // dot at a time); what is left over one dot at a time.
 void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
               const OutRows& o) {
-  // Rows up to the model's widest (4096 columns) in a fixed per-thread buffer,
-  // so the first item a pool thread runs allocates nothing (decode allocates
-  // nothing per token); wider ones, which no preset has, on the heap.
-  constexpr int64_t kFixedCols = 4096;
-  alignas(64) thread_local float fixed[4 * kFixedCols];
-  thread_local std::vector<float> wide;
   const int64_t n = w.cols;
-  if (n > kFixedCols && wide.size() < size_t(4 * n)) wide.resize(size_t(4 * n));
-  const std::span<float> rows(n > kFixedCols ? wide.data() : fixed, size_t(4 * n));
+  struct Rows;
+  const std::span<float> rows(thread_buffer<Rows, float, 4 * kWidestRow>(size_t(4 * n)),
+                              size_t(4 * n));
   auto token = [&](int64_t t) { return x.x + x.ld * (x.index ? x.index[t] : t); };
   for (int64_t b0 = r0; b0 < r1; b0 += 4) {
     const int64_t nr = std::min<int64_t>(4, r1 - b0);
@@ -451,10 +461,121 @@ void delta_chunked(const DeltaArgs& a) {
   }
 }
 
+inline float hsum8(const V8& v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+// s[j] = exp(s[j] - mx) for j < n (vectorised exp8: 2 ulp); returns their sum.
+float exp_shifted(float* s, int64_t n, float mx) {
+  V8 acc{};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    V8 x;
+    load8(x, s + j);
+    x -= mx;
+    exp8(x);
+    store8(s + j, x);
+    acc += x;
+  }
+  float sum = 0.0f;
+  for (; j < n; ++j) sum += s[j] = std::exp(s[j] - mx);
+  return sum + hsum8(acc);
+}
+
+// out[r][j] = q[r] . k[j] for NR rows and NK keys of hd floats: NR x NK
+// independent sums, each load of a key's 8 floats serving NR rows.
+template <int NR, int NK>
+void dots(const float* const* q, const float* const* k, int hd, float* out, int64_t ld_out) {
+  V8 acc[NR][NK] = {};
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    V8 kv[NK], qv;
+    for (int j = 0; j < NK; ++j) load8(kv[j], k[j] + d);
+    for (int r = 0; r < NR; ++r) {
+      load8(qv, q[r] + d);
+      for (int j = 0; j < NK; ++j) acc[r][j] += qv * kv[j];
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NK; ++j) {
+      float tail = 0.0f;
+      for (int e = d; e < hd; ++e) tail += q[r][e] * k[j][e];
+      out[r * ld_out + j] = hsum8(acc[r][j]) + tail;
+    }
+}
+
+// S[r][j] = scale Q[r] . K[j] for few rows R (decode: one query's 8 heads of
+// a GQA group), reading each key row once for every 2 rows (a GEMM would first
+// copy the block of K into panels, for too few rows to repay it).
+void scores_few_rows(int R, int nk, int hd, float scale, const float* Q, const float* k, int64_t ld,
+                     float* S) {
+  for (int r = 0; r < R; r += 2) {
+    const float* q[2] = {Q + r * hd, Q + (r + 1) * hd};
+    float* out = S + r * kAttnKeyBlock;
+    int j = 0;
+    for (; j + 4 <= nk; j += 4) {
+      const float* kr[4] = {k + j * ld, k + (j + 1) * ld, k + (j + 2) * ld, k + (j + 3) * ld};
+      if (r + 1 < R)
+        dots<2, 4>(q, kr, hd, out + j, kAttnKeyBlock);
+      else
+        dots<1, 4>(q, kr, hd, out + j, kAttnKeyBlock);
+    }
+    for (; j < nk; ++j) {
+      const float* kr[1] = {k + j * ld};
+      if (r + 1 < R)
+        dots<2, 1>(q, kr, hd, out + j, kAttnKeyBlock);
+      else
+        dots<1, 1>(q, kr, hd, out + j, kAttnKeyBlock);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < nk; ++j) S[r * kAttnKeyBlock + j] *= scale;
+}
+
+// o[r] += sum_j P[r][j] V[j] for NR rows, 16 of hd's floats at a time held
+// in registers over the block's keys.
+template <int NR>
+void values_rows(const float* P, int nk, int hd, const float* v, int64_t ld, float* o) {
+  int d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    V8 acc[NR][2];
+    for (int r = 0; r < NR; ++r) {
+      load8(acc[r][0], o + r * hd + d);
+      load8(acc[r][1], o + r * hd + d + 8);
+    }
+    for (int j = 0; j < nk; ++j) {
+      V8 v0, v1;
+      load8(v0, v + j * ld + d);
+      load8(v1, v + j * ld + d + 8);
+      for (int r = 0; r < NR; ++r) {
+        const float p = P[r * kAttnKeyBlock + j];
+        acc[r][0] += p * v0;
+        acc[r][1] += p * v1;
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      store8(o + r * hd + d, acc[r][0]);
+      store8(o + r * hd + d + 8, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < nk; ++j)
+      for (int e = d; e < hd; ++e) o[r * hd + e] += P[r * kAttnKeyBlock + j] * v[j * ld + e];
+}
+
+// o[r] += sum_j P[r][j] V[j] for few rows R, 4 at a time.
+void values_few_rows(int R, int nk, int hd, const float* P, const float* v, int64_t ld, float* o) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) values_rows<4>(P + r * kAttnKeyBlock, nk, hd, v, ld, o + r * hd);
+  for (; r < R; ++r) values_rows<1>(P + r * kAttnKeyBlock, nk, hd, v, ld, o + r * hd);
+}
+
 // Online softmax over key blocks: the queries packed into R = nq x heads rows
 // once, so that each block's scores are one gemm_nt of R rows (a GQA group
-// of 2 heads alone is too few rows for the GEMM's tiles), P V by gemm_nn.
+// of 2 heads alone is too few rows for the GEMM's tiles), P V by gemm_nn;
+// up to kFewRows rows (decode) by the direct loops above.
 void attention(const AttnArgs& a) {
+  constexpr int64_t kFewRows = 16;
   const int64_t R = a.nq * a.heads;
   const int hd = a.hd;
   float* S = a.scratch;              // [R][kAttnKeyBlock]
@@ -469,7 +590,11 @@ void attention(const AttnArgs& a) {
   const int64_t last = a.pos0 + a.nq - 1;  // the last query's position
   for (int64_t kb = a.k0; kb < a.k1 && kb <= last; kb += kAttnKeyBlock) {
     const int nk = int(std::min<int64_t>(kAttnKeyBlock, a.k1 - kb));
-    gemm_nt(int(R), nk, hd, a.scale, Q, hd, a.k + kb * a.kv_ld, a.kv_ld, 0.0f, S, kAttnKeyBlock);
+    const float *kblock = a.k + kb * a.kv_ld, *vblock = a.v + kb * a.kv_ld;
+    if (R <= kFewRows)
+      scores_few_rows(int(R), nk, hd, a.scale, Q, kblock, a.kv_ld, S);
+    else
+      gemm_nt(int(R), nk, hd, a.scale, Q, hd, kblock, a.kv_ld, 0.0f, S, kAttnKeyBlock);
     for (int64_t i = 0; i < a.nq; ++i) {
       const int64_t visible = std::clamp<int64_t>(a.pos0 + i - kb + 1, 0, nk);
       for (int h = 0; h < a.heads; ++h) {
@@ -477,9 +602,12 @@ void attention(const AttnArgs& a) {
         float* s = S + row * kAttnKeyBlock;
         float mx = a.m[row];
         for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < nk; ++j) sum += s[j] = j < visible ? std::exp(s[j] - mx) : 0.0f;
-        if (visible == 0) continue;
+        if (visible == 0) {
+          std::fill(s, s + nk, 0.0f);
+          continue;
+        }
+        const float sum = exp_shifted(s, visible, mx);
+        std::fill(s + visible, s + nk, 0.0f);
         const float corr = std::exp(a.m[row] - mx);
         a.l[row] = a.l[row] * corr + sum;
         a.m[row] = mx;
@@ -487,7 +615,10 @@ void attention(const AttnArgs& a) {
         for (int d = 0; d < hd; ++d) o[d] *= corr;
       }
     }
-    gemm_nn(int(R), hd, nk, 1.0f, S, kAttnKeyBlock, 1, a.v + kb * a.kv_ld, a.kv_ld, 1.0f, a.o, hd);
+    if (R <= kFewRows)
+      values_few_rows(int(R), nk, hd, S, vblock, a.kv_ld, a.o);
+    else
+      gemm_nn(int(R), hd, nk, 1.0f, S, kAttnKeyBlock, 1, vblock, a.kv_ld, 1.0f, a.o, hd);
   }
 }
 

@@ -35,23 +35,32 @@ inline __m512 bf16x16(const uint8_t* p) {
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 
-// acc[t] += the 16 rows of one record . token t's group (units S bytes apart
-// from xa[t]), scaled by d[t] and with the biases times the inputs' sum s[t].
-template <int N, int S>
+// acc[t] += the 16 rows of one record of B-bit codes . token t's group (units
+// S bytes apart from xa[t]), scaled by d[t] and with the biases times the
+// inputs' sum s[t].
+template <int B, int N, int S>
 inline void record(const uint8_t* rec, const int8_t* const* xa, const float* d, const float* s,
                    __m512* acc) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  constexpr int kCodes = kPackRows * kGroup * B / 8;
   __m512i lo[N], hi[N];
   for (int t = 0; t < N; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kCodes / 64; ++j) {
     const __m512i v = _mm512_loadu_si512(rec + 64 * j);
-    const __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    for (int t = 0; t < N; ++t) {
-      lo[t] = _mm512_dpbusd_epi32(lo[t], l, unit(xa[t] + S * 2 * j));
-      hi[t] = _mm512_dpbusd_epi32(hi[t], h, unit(xa[t] + S * (2 * j + 1)));
+    if constexpr (B == 8) {  // vector j is unit j
+      for (int t = 0; t < N; ++t) {
+        __m512i& a = j % 2 ? hi[t] : lo[t];
+        a = _mm512_dpbusd_epi32(a, v, unit(xa[t] + S * j));
+      }
+    } else {  // its low nibbles are unit 2j, its high ones unit 2j + 1
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      const __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      for (int t = 0; t < N; ++t) {
+        lo[t] = _mm512_dpbusd_epi32(lo[t], l, unit(xa[t] + S * 2 * j));
+        hi[t] = _mm512_dpbusd_epi32(hi[t], h, unit(xa[t] + S * (2 * j + 1)));
+      }
     }
   }
-  const __m512 sc = bf16x16(rec + 512), bi = bf16x16(rec + 544);
+  const __m512 sc = bf16x16(rec + kCodes), bi = bf16x16(rec + kCodes + 32);
   for (int t = 0; t < N; ++t) {
     const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
     acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(d[t])), acc[t]);
@@ -60,12 +69,13 @@ inline void record(const uint8_t* rec, const int8_t* const* xa, const float* d, 
 }
 
 // Rows [r, r + 16) (records from rec) for N tokens, output rows t0.. t0 + N.
-template <int N>
+template <int B, int N>
 void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows& o, int64_t t0,
            int64_t r) {
+  constexpr int64_t kRecord = pack_record_bytes(B);
   __m512 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; ++g, rec += kPackRecord) {
+  for (int64_t g = 0; g < G; ++g, rec += kRecord) {
     const int8_t* xa[N];
     float d[N], s[N];
     for (int t = 0; t < N; ++t) {
@@ -74,9 +84,9 @@ void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows&
       s[t] = x.s[t][g];
     }
     if (unit_stride(G, g) == 16)
-      record<N, 16>(rec, xa, d, s, acc);
+      record<B, N, 16>(rec, xa, d, s, acc);
     else
-      record<N, 4>(rec, xa, d, s, acc);
+      record<B, N, 4>(rec, xa, d, s, acc);
   }
   for (int t = 0; t < N; ++t) {
     float* y = o.y + o.ld * (o.index ? o.index[t0 + t] : t0 + t) + r;
@@ -87,23 +97,25 @@ void block(const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows&
   }
 }
 
-template <int M>
+template <int B, int M>
 inline void block_n(int nt, const uint8_t* rec, int64_t G, const tiles::Tokens& x, const OutRows& o,
                     int64_t t0, int64_t r) {
   if constexpr (M > 1) {
-    if (nt < M) return block_n<M - 1>(nt, rec, G, x, o, t0, r);
+    if (nt < M) return block_n<B, M - 1>(nt, rec, G, x, o, t0, r);
   }
-  block<M>(rec, G, x, o, t0, r);
+  block<B, M>(rec, G, x, o, t0, r);
 }
 
-// gemm_q4 for a packed matrix; r0 and r1 are multiples of 16 (work items are).
-void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
-             const OutRows& o) {
-  TERN_CHECK(w.packed16 && r0 % kPackRows == 0 && r1 % kPackRows == 0);
+// gemm_q4 for a packed matrix of B-bit codes; r0 and r1 are multiples of 16
+// (work items are).
+template <int B>
+void gemm_bits(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
+               const OutRows& o) {
+  TERN_CHECK(w.packed16 && w.bits == B && r0 % kPackRows == 0 && r1 % kPackRows == 0);
   const int64_t G = int64_t(w.groups_per_row());
   constexpr int kTokens = tiles::kMaxTokens;
   for (int64_t r = r0; r < r1; r += kPackRows) {
-    const uint8_t* rec = w.data + r / kPackRows * G * kPackRecord;
+    const uint8_t* rec = w.data + r / kPackRows * G * pack_record_bytes(B);
     for (int64_t t0 = 0; t0 < T; t0 += kTokens) {
       const int nt = int(std::min<int64_t>(kTokens, T - t0));
       tiles::Tokens tk;
@@ -113,9 +125,15 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
         tk.d[t] = x.d + xr * G;
         tk.s[t] = x.s + xr * G;
       }
-      block_n<kTokens>(nt, rec, G, tk, o, t0, r);
+      block_n<B, kTokens>(nt, rec, G, tk, o, t0, r);
     }
   }
+}
+
+void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
+             const OutRows& o) {
+  if (w.bits == 8) return gemm_bits<8>(w, r0, r1, x, T, o);
+  gemm_bits<4>(w, r0, r1, x, T, o);
 }
 
 }  // namespace packed16

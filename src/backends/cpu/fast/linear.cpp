@@ -24,16 +24,18 @@ void Activations::set(WorkPool& pool, const Kernels& k, const float* x, int64_t 
 }
 
 void matmul_rows(const Kernels& k, const MatmulJob& j, int64_t r0, int64_t r1) {
-  if (is_q4(*j.w) && j.in->quantized())
+  if (gemm_q4_takes(*j.w) && j.in->quantized())
     k.gemm_q4(*j.w, r0, r1, j.in->q(j.index), j.T, j.out);
   else
     k.gemm_f32(*j.w, r0, r1, j.in->f(j.index), j.T, j.out);
 }
 
-int64_t rows_per_item(const QTensor& w, int64_t T) {
+int64_t rows_per_item(const QTensor& w, int64_t T, int threads) {
   const int64_t bytes = (int64_t(256) << 10) / std::clamp<int64_t>(T, 1, 4);
   const int64_t r = std::max<int64_t>(1, bytes / int64_t(std::max<size_t>(1, w.row_bytes())));
-  return std::max<int64_t>(16, r / 16 * 16);
+  int64_t n = (w.rows + r - 1) / r;  // items
+  if (n < 8 * threads) n = (n + threads - 1) / threads * threads;
+  return std::max<int64_t>(16, ((w.rows + n - 1) / n + 15) / 16 * 16);
 }
 
 void MatmulRunner::run(WorkPool& pool, const Kernels& k, std::span<const MatmulJob> jobs) {
@@ -41,7 +43,7 @@ void MatmulRunner::run(WorkPool& pool, const Kernels& k, std::span<const MatmulJ
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (jobs[j].T == 0) continue;
     const QTensor& w = *jobs[j].w;
-    const int64_t step = rows_per_item(w, jobs[j].T);
+    const int64_t step = rows_per_item(w, jobs[j].T, pool.size());
     for (int64_t r = 0; r < w.rows; r += step)
       items_.push_back({int(j), r, std::min(w.rows, r + step)});
   }

@@ -59,7 +59,10 @@ void matmul_rows(const Kernels& k, const MatmulJob& j, int64_t r0, int64_t r1);
 // 14.8-20.2 against 8.6-17.3 tok/s at 64 KB); a prompt's items cost T times
 // more each, so smaller ones balance the threads (a 512-token prompt at 256 KB:
 // -7% and -37%). bench/results/cpu-item-size-ab-d1aa293-zen5.txt
-int64_t rows_per_item(const QTensor& w, int64_t T);
+// The rows are then split evenly, and where that gives few items, into a
+// multiple of `threads` of them (3 items on 2 threads leave one idle a third
+// of the time).
+int64_t rows_per_item(const QTensor& w, int64_t T, int threads);
 
 class MatmulRunner {
  public:

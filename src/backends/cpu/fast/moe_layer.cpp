@@ -88,7 +88,7 @@ void MoeLayer::forward(Context& ctx, const ModelConfig& c, const MoeWeights& w,
     if (e < E && count[e] == 0) continue;
     const int64_t n = e < E ? I : Is,
                   step = rows_per_item(e < E ? w.gate[size_t(e)] : w.shared_gate,
-                                       e < E ? count[e] : T);
+                                       e < E ? count[e] : T, ctx.pool.size());
     for (int64_t r = 0; r < n; r += step) items_.push_back({int(e), r, std::min(n, r + step)});
   }
   ctx.pool.run(items_.size(), [&](size_t i, int) {
@@ -110,7 +110,7 @@ void MoeLayer::forward(Context& ctx, const ModelConfig& c, const MoeWeights& w,
 
   // Down projections and the combine: items of output rows, every expert in each.
   std::fill(out, out + T * D, 0.0f);
-  const int64_t step = rows_per_item(w.shared_down, T);
+  const int64_t step = rows_per_item(w.shared_down, T, ctx.pool.size());
   ctx.pool.run(size_t((D + step - 1) / step), [&](size_t i, int) {
     const int64_t r0 = int64_t(i) * step, r1 = std::min(D, r0 + step);
     for (int64_t e = 0; e < E; ++e) {

@@ -13,15 +13,10 @@ namespace tern::cpu::fast {
 
 namespace {
 
-// Where unit u of a group's activation codes comes from in a row's packed
-// bytes: its 4 inputs are one nibble (`shift` 0 or 4) of the 4 bytes of 32-bit
-// word `word` of the group (code_offset keeps each unit's inputs 2 apart).
-struct UnitSource {
-  int word, shift;
-};
-
-std::array<UnitSource, 16> unit_sources(int64_t G, int64_t g) {
-  std::array<UnitSource, 16> src{};
+// The inputs (within the group) of unit u of a group's activation codes:
+// code_offset keeps each unit's 4 inputs 2 apart, starting at an input that
+// begins a 4-bit word's byte pair.
+std::array<int, 16> unit_inputs(int64_t G, int64_t g) {
   const int64_t base = unit_base(G, g), stride = unit_stride(G, g);
   std::array<std::array<int, 4>, 16> in{};
   for (int i = 0; i < kGroup; ++i) {
@@ -29,13 +24,26 @@ std::array<UnitSource, 16> unit_sources(int64_t G, int64_t g) {
     TERN_CHECK(off >= 0 && off % stride < 4 && off / stride < 16);
     in[size_t(off / stride)][size_t(off % stride)] = i;
   }
+  std::array<int, 16> first{};
   for (size_t u = 0; u < 16; ++u) {
-    const int i0 = in[u][0];
-    for (int m = 0; m < 4; ++m) TERN_CHECK(in[u][size_t(m)] == i0 + 2 * m);
-    TERN_CHECK(i0 % 8 < 2);  // the unit starts a word
-    src[u] = {i0 / 8, 4 * (i0 % 2)};
+    first[u] = in[u][0];
+    for (int m = 0; m < 4; ++m) TERN_CHECK(in[u][size_t(m)] == first[u] + 2 * m);
+    TERN_CHECK(first[u] % 8 < 2);
   }
-  return src;
+  return first;
+}
+
+// The 4 codes of one row's unit starting at input i0 (inputs i0, i0 + 2, ...)
+// of a group's `bits`-bit codes, one a byte.
+uint32_t unit_codes(const uint8_t* group_codes, int bits, int i0) {
+  uint32_t v = 0;
+  if (bits == 8) {
+    for (int m = 0; m < 4; ++m) v |= uint32_t(group_codes[i0 + 2 * m]) << (8 * m);
+    return v;
+  }
+  uint32_t word;  // 8 codes, least significant first: i0 % 8 picks the nibble
+  std::memcpy(&word, group_codes + i0 / 8 * 4, 4);
+  return (word >> (4 * (i0 % 2))) & 0x0F0F0F0Fu;
 }
 
 template <class W, class F>
@@ -47,34 +55,41 @@ void for_each_packable_slot(W& w, F&& f) {
 }  // namespace
 
 bool packable(const QTensor& w) {
-  return !w.packed16 && is_q4(w) && w.dtype == DType::bf16 && w.rows % kPackRows == 0 &&
+  return !w.packed16 && w.quantized() && (w.bits == 4 || w.bits == 8) && w.group == kGroup &&
+         w.dtype == DType::bf16 && w.rows % kPackRows == 0 &&
          int64_t(w.groups_per_row()) <= kMaxPackGroups;
 }
 
 void pack16(const QTensor& w, uint8_t* out) {
   TERN_CHECK(packable(w));
   const int64_t G = int64_t(w.groups_per_row()), blocks = w.rows / kPackRows;
-  const size_t rb = w.row_bytes();
-  std::vector<std::array<UnitSource, 16>> src(static_cast<size_t>(G));
-  for (int64_t g = 0; g < G; ++g) src[size_t(g)] = unit_sources(G, g);
+  const int64_t rec_bytes = pack_record_bytes(w.bits), codes = rec_bytes - 64;
+  const size_t rb = w.row_bytes(), group_bytes = size_t(kGroup * w.bits / 8);
+  std::vector<std::array<int, 16>> first(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) first[size_t(g)] = unit_inputs(G, g);
   const auto* sc = reinterpret_cast<const uint16_t*>(w.scales);
   const auto* bi = reinterpret_cast<const uint16_t*>(w.biases);
   WorkPool::global().run(size_t(blocks), [&](size_t b, int) {
-    uint8_t* rec = out + int64_t(b) * G * kPackRecord;
-    for (int64_t g = 0; g < G; ++g, rec += kPackRecord) {
-      const std::array<UnitSource, 16>& u = src[size_t(g)];
+    uint8_t* rec = out + int64_t(b) * G * rec_bytes;
+    for (int64_t g = 0; g < G; ++g, rec += rec_bytes) {
+      const std::array<int, 16>& u = first[size_t(g)];
       for (int r = 0; r < kPackRows; ++r) {
         const int64_t row = int64_t(b) * kPackRows + r;
-        uint32_t word[8];
-        std::memcpy(word, w.data + size_t(row) * rb + 32 * size_t(g), 32);
-        auto nibbles = [&](const UnitSource& s) { return (word[s.word] >> s.shift) & 0x0F0F0F0Fu; };
-        for (int j = 0; j < 8; ++j) {
-          const uint32_t v = nibbles(u[size_t(2 * j)]) | nibbles(u[size_t(2 * j + 1)]) << 4;
-          std::memcpy(rec + 64 * j + 4 * r, &v, 4);
+        const uint8_t* src = w.data + size_t(row) * rb + group_bytes * size_t(g);
+        for (int j = 0; j < 16; ++j) {
+          // 8 bits: vector j is unit j; 4 bits: vector j / 2's nibbles j % 2
+          uint32_t v = unit_codes(src, w.bits, u[size_t(j)]);
+          uint8_t* lane = rec + 64 * (w.bits == 8 ? j : j / 2) + 4 * r;
+          if (w.bits == 4 && j % 2) {
+            uint32_t low;
+            std::memcpy(&low, lane, 4);
+            v = low | v << 4;
+          }
+          std::memcpy(lane, &v, 4);
         }
         const size_t p = size_t(row * G + g);
-        std::memcpy(rec + 512 + 2 * r, &sc[p], 2);
-        std::memcpy(rec + 544 + 2 * r, &bi[p], 2);
+        std::memcpy(rec + codes + 2 * r, &sc[p], 2);
+        std::memcpy(rec + codes + 32 + 2 * r, &bi[p], 2);
       }
     }
   });

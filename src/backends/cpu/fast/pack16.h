@@ -1,11 +1,13 @@
-// The layout the AVX-512 decode kernel streams at the memory's pace: a 4-bit
-// matrix (affine, group 64, bf16 scales) repacked at load into one stream of
-// 576-byte records, one per 16-row block and group (block-major):
-//   bytes [0, 512)    8 vectors j of 64 bytes; 32-bit lane r is row r of the
-//                     block, its byte m holding in the low nibble the code of
-//                     the input at byte m of the group's activation unit 2j and
-//                     in the high nibble that of unit 2j + 1;
-//   bytes [512, 544)  the 16 rows' scales, bf16;  [544, 576) their biases.
+// The layout the AVX-512 decode kernel streams at the memory's pace: a 4- or
+// 8-bit matrix (affine, group 64, bf16 scales) repacked at load into one
+// stream of records, one per 16-row block and group (block-major):
+//   4 bits, 576 bytes: [0, 512) 8 vectors j of 64 bytes; 32-bit lane r is row
+//                     r of the block, its byte m holding in the low nibble the
+//                     code of the input at byte m of the group's activation
+//                     unit 2j and in the high nibble that of unit 2j + 1;
+//   8 bits, 1088 bytes: [0, 1024) 16 vectors u, lane r's byte m the code of
+//                     the input at byte m of unit u;
+//   then 32 bytes of the 16 rows' scales, bf16, and 32 of their biases.
 // A group's activation codes (kernels.h, code_offset) are 16 units of 4 bytes
 // at unit_base + unit_stride * u, so one vpdpbusd of a vector's nibbles with a
 // broadcast unit adds 4 inputs to all 16 rows' sums, and no row ever needs a
@@ -21,7 +23,10 @@
 namespace tern::cpu::fast {
 
 constexpr int kPackRows = 16;
-constexpr int64_t kPackRecord = 576;
+// Bytes of one record of a matrix of `bits` (4 or 8) bits a weight.
+constexpr int64_t pack_record_bytes(int bits) {
+  return kPackRows * kGroup * bits / 8 + 64;
+}
 
 // Where a group's activation units start and how far apart they are: groups
 // in whole blocks of 4 interleave theirs 16 bytes apart, later ones are 4
@@ -34,8 +39,8 @@ constexpr int64_t unit_stride(int64_t G, int64_t g) {
   return g < G / kBlockGroups * kBlockGroups ? 16 : 4;
 }
 
-// True for the matrices pack16 takes: affine 4-bit, group 64, bf16 scales,
-// rows a multiple of 16, at most kMaxPackGroups groups a row.
+// True for the matrices pack16 takes: affine 4- or 8-bit, group 64, bf16
+// scales, rows a multiple of 16, at most kMaxPackGroups groups a row.
 constexpr int64_t kMaxPackGroups = 256;
 bool packable(const QTensor& w);
 
