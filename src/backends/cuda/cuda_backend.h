@@ -62,10 +62,11 @@ class CudaSequence : public Sequence {
 // largest chunk and reused.
 struct PrefillOptions {
   int chunk = 8192;
-  // Below ~20 tokens the decode step (1.09 ms a token at 4K) beats a prefill
-  // chunk's fixed cost (22.9 ms for 16 tokens: every touched expert's weights
-  // and 40 routers; bench/results prefill-variants-b21e7b3.txt).
-  int step_below = 20;
+  // Below ~5 tokens the decode step (1.23 ms a token at 4K on the H100) beats a
+  // prefill chunk's fixed cost: 6.9 ms for 8 tokens, 8.6 ms for 16 (~5.3 ms +
+  // 0.21 ms a token; bench/results/short-moe-bn-9238ccf-h100.txt). At b21e7b3
+  // that cost was 22.9 ms for 16 tokens, and this threshold 20.
+  int step_below = 6;
   // GDN: the chunked (WY) form from this many tokens a chunk, else the scan (equal at 128,
   // the scan 2-3% faster below, the chunked form faster above: bench/results, b21e7b3).
   int chunked_from = 128;
