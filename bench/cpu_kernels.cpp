@@ -78,15 +78,21 @@ Acts random_acts(const Kernels& k, int64_t T, int64_t cols) {
   return a;
 }
 
-double best_seconds(int reps, const auto& fn) {
+// The fastest of reps calls of fn, each after `before` (untimed).
+double best_seconds(int reps, const auto& fn, const auto& before) {
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
+    before();
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     best = std::min(best,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
+}
+
+double best_seconds(int reps, const auto& fn) {
+  return best_seconds(reps, fn, [] {});
 }
 
 #if defined(__x86_64__)
@@ -176,7 +182,9 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
 
 // Decode attention over a KV cache of n_keys positions (one query of the GQA
 // group's 8 heads, head dim 256, two KV heads a row as the cache stores
-// them), keys split over the pool as the attention layer splits them.
+// them), keys split over the pool as the attention layer splits them; the
+// cache read from memory, as in decode, where the weights streamed between
+// two tokens' attention evict it (a 256 MB buffer is written before each call).
 void run_attention(const Kernels& k, WorkPool& pool, int64_t n_keys, const std::string& only) {
   if (!only.empty() && only != "attention") return;
   constexpr int kHeads = 8, kHd = 256, kKv = 2;
