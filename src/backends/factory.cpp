@@ -37,7 +37,7 @@ void prepare_weights(const std::string& name, ModelWeights& weights) {
   if (!cpu::fast::kernels(cpu::fast::default_isa()).packed16) return;
   const auto t0 = std::chrono::steady_clock::now();
   const size_t bytes = cpu::fast::pack_weights(weights);
-  spdlog::info("repacked {:.2f} GB of 4-bit matrices for the AVX-512 kernels in {:.1f} s",
+  spdlog::info("repacked {:.2f} GB of quantised matrices for the AVX-512 kernels in {:.1f} s",
                double(bytes) / 1e9,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
