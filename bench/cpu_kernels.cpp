@@ -7,7 +7,7 @@
 // throughput (the ceiling the 4-bit kernels' instruction counts are read
 // against, docs/cpu-backend.md).
 // Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, routers, expert,
-// dense64, dense512; default all)
+// dense64, dense512, attention, delta; default all)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -216,6 +216,34 @@ void run_attention(const Kernels& k, WorkPool& pool, int64_t n_keys, const std::
       k.name, (long long)n_keys, sec * 1e3, double(kv.size() * 4) / sec / 1e9);
 }
 
+// Decode's delta rule: one token through the 30 GDN layers' 32 value heads
+// (128 x 128 fp32 states, 60 MB in all, so they stream from memory as in
+// decode), the heads of a layer over the pool.
+void run_delta(const Kernels& k, WorkPool& pool, const std::string& only) {
+  if (!only.empty() && only != "delta") return;
+  constexpr int kLayers = 30, kHeads = 32, kD = 128;
+  CounterRng rng(9);
+  std::vector<float> S(size_t(kLayers) * kHeads * kD * kD), in(size_t(kHeads) * 4 * kD),
+      o(size_t(kHeads) * kD);
+  for (float& v : S) v = 0.01f * rng.normal();
+  for (float& v : in) v = 0.1f * rng.normal();
+  const float g = -0.05f, beta = 0.5f;
+  auto fn = [&] {
+    for (int l = 0; l < kLayers; ++l)
+      pool.run(kHeads, [&](size_t h, int) {
+        const float* x = in.data() + h * 4 * kD;
+        k.delta_recurrent({x, x + kD, x + 2 * kD, &g, &beta, 1, kD, kD,
+                           S.data() + (size_t(l) * kHeads + h) * kD * kD, o.data() + h * kD});
+      });
+  };
+  fn();
+  const double sec = best_seconds(20, fn);
+  std::printf(
+      "%-8s delta rule decode, 30 layers x 32 heads (60 MB of state): %8.3f ms  %6.1f GB/s "
+      "read + written\n",
+      k.name, sec * 1e3, 2.0 * double(S.size() * 4) / sec / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,5 +270,6 @@ int main(int argc, char** argv) {
     run_shape(k, pool, dense, 64, 64, 3, "dense, 64 tokens", only, "dense64");
     run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
     for (int64_t n : {512, 8192, 32768}) run_attention(k, pool, n, only);
+    run_delta(k, pool, only);
   }
 }
