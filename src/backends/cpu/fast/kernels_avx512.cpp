@@ -18,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "backends/cpu/fast/kernels_q4_amx.h"
-#include "backends/cpu/fast/kernels_q4_packed16.h"
+#include "backends/cpu/fast/kernels_packed16.h"
 #include "backends/cpu/fast/kernels_q4_tiles.h"
 
 namespace tern::cpu::fast {

@@ -1,12 +1,13 @@
-// The AVX-512 4-bit matmul over matrices in the pack16.h layout: each 64-byte
-// vector of a record is 16 rows x 8 codes; its low and high nibbles meet a
-// broadcast 4-byte unit of a token's activation codes in one vpdpbusd each, so
-// a group of 16 rows is 8 loads, 24 bit operations and 16 vpdpbusd a token,
-// then one conversion and two FMAs with the rows' scales and biases; the
-// outputs of 16 rows are one vector (no horizontal sums). The weights come in
-// as one sequential stream (bench/cpu_kernels on the Zen 5 VM: 32-41.5 GB/s
+// The AVX-512 matmul over matrices in the pack16.h layout. 4 bits: each
+// 64-byte vector of a record is 16 rows x 8 codes; its low and high nibbles
+// meet a broadcast 4-byte unit of a token's activation codes in one vpdpbusd
+// each, so a group of 16 rows is 8 loads, 24 bit operations and 16 vpdpbusd a
+// token, then one conversion and two FMAs with the rows' scales and biases;
+// the outputs of 16 rows are one vector (no horizontal sums). The weights come
+// in as one sequential stream (bench/cpu_kernels on the Zen 5 VM: 32-41.5 GB/s
 // from memory on 2 cores where the plain layout's row kernel made 23-24.6).
-// Up to 8 tokens share each record's loads.
+// 8 bits (the routers): 16 loads, each vector one unit, no nibble split. Up to
+// 8 tokens share each record's loads.
 // Not a public header: include it only from kernels_avx512.cpp.
 #pragma once
 
