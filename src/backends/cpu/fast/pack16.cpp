@@ -13,8 +13,8 @@ namespace tern::cpu::fast {
 
 namespace {
 
-// The inputs (within the group) of unit u of a group's activation codes:
-// code_offset keeps each unit's 4 inputs 2 apart, starting at an input that
+// The first input (within the group) of each unit of a group's activation
+// codes: code_offset keeps a unit's 4 inputs 2 apart, from an input that
 // begins a 4-bit word's byte pair.
 std::array<int, 16> unit_inputs(int64_t G, int64_t g) {
   const int64_t base = unit_base(G, g), stride = unit_stride(G, g);
