@@ -7,7 +7,7 @@
 // throughput (the ceiling the 4-bit kernels' instruction counts are read
 // against, docs/cpu-backend.md).
 // Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, routers, expert,
-// dense64, dense512, attention, delta; default all)
+// dense64, dense512, attention, delta, moe; default all)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +22,7 @@
 
 #include "backends/cpu/fast/kernels.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
+#include "backends/cpu/fast/moe_layer.h"
 #include "backends/cpu/fast/pack16.h"
 #include "core/rng.h"
 
@@ -244,6 +245,80 @@ void run_delta(const Kernels& k, WorkPool& pool, const std::string& only) {
       k.name, sec * 1e3, 2.0 * double(S.size() * 4) / sec / 1e9);
 }
 
+// Decode's whole MoE block (MoeLayer: the router, the 8 routed experts and
+// the shared one, their down projections and the combine, with its pool runs)
+// on one layer of the 35b-a3b's shapes, 256 experts (453 MB). Each token comes
+// with a fresh input, so its routes change and the experts stream from memory.
+// GB/s: the matrices' bytes a token touches over its time, against the read
+// bandwidth the kernel streams at on its own.
+void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
+  if (!only.empty() && only != "moe") return;
+  ModelConfig c;
+  c.hidden = 2048;
+  c.n_experts = 256;
+  c.top_k = 8;
+  c.moe_inter = c.shared_inter = 512;
+  std::vector<Matrix> owned;
+  std::vector<std::unique_ptr<WeightBuffer>> records;
+  owned.reserve(size_t(3 * c.n_experts + 5));
+  auto make = [&](int64_t rows, int64_t cols, int bits) {
+    QTensor t = owned.emplace_back(random_affine(rows, cols, bits)).t;
+    if (k.packed16 && packable(t)) {
+      records.push_back(std::make_unique<WeightBuffer>(t.bytes()));
+      pack16(t, records.back()->data());
+      t.data = records.back()->data();
+      t.scales = t.biases = nullptr;
+      t.packed16 = true;
+    }
+    return t;
+  };
+  MoeWeights w;
+  w.router = make(c.n_experts, c.hidden, 8);
+  w.shared_expert_gate = make(1, c.hidden, 8);
+  w.shared_gate = make(c.shared_inter, c.hidden, 4);
+  w.shared_up = make(c.shared_inter, c.hidden, 4);
+  w.shared_down = make(c.hidden, c.shared_inter, 4);
+  for (int e = 0; e < c.n_experts; ++e) {
+    w.gate.push_back(make(c.moe_inter, c.hidden, 4));
+    w.up.push_back(make(c.moe_inter, c.hidden, 4));
+    w.down.push_back(make(c.hidden, c.moe_inter, 4));
+  }
+  constexpr int kTokens = 256;
+  CounterRng rng(11);
+  std::vector<float> x(size_t(kTokens * c.hidden)), out(size_t(c.hidden));
+  for (float& v : x) v = rng.normal();
+  Context ctx{pool, k, true, {}};
+  MoeLayer moe;
+  Activations act;
+  std::vector<int32_t> experts(size_t(c.top_k));
+  std::vector<float> logits(size_t(c.n_experts)), weights(size_t(c.top_k));
+  double seconds = 1e30, bytes = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < kTokens; ++t) {
+      act.set(pool, k, x.data() + t * c.hidden, c.hidden, 1, c.hidden, true);
+      moe.forward(ctx, c, w, act, 1, out.data());
+    }
+    seconds = std::min(
+        seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  // The bytes: router, shared expert and each token's 8 experts (routed again
+  // here, untimed, from fp32 inputs: a near-tie may pick another expert of the
+  // same size).
+  for (int t = 0; t < kTokens; ++t) {
+    k.gemm_f32(owned[0].t, 0, c.n_experts, {x.data() + t * c.hidden, c.hidden, nullptr}, 1,
+               {logits.data(), c.n_experts});
+    route(logits.data(), c.n_experts, c.top_k, c.norm_topk, experts.data(), weights.data());
+    bytes += double(w.router.bytes() + w.shared_gate.bytes() + w.shared_up.bytes() +
+                    w.shared_down.bytes());
+    for (int32_t e : experts)
+      bytes +=
+          double(w.gate[size_t(e)].bytes() + w.up[size_t(e)].bytes() + w.down[size_t(e)].bytes());
+  }
+  std::printf("%-8s moe block decode, 256 experts of 512 x 2048: %8.3f ms a token  %6.1f GB/s\n",
+              k.name, seconds / kTokens * 1e3, bytes / seconds / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,5 +346,6 @@ int main(int argc, char** argv) {
     run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
     for (int64_t n : {512, 8192, 32768}) run_attention(k, pool, n, only);
     run_delta(k, pool, only);
+    run_moe(k, pool, only);
   }
 }
