@@ -7,7 +7,7 @@
 // throughput (the ceiling the 4-bit kernels' instruction counts are read
 // against, docs/cpu-backend.md).
 // Usage: cpu_kernels [threads [isa [shape]]] (shape: decode-memory, decode-cache, routers, expert,
-// dense64, dense512, attention, delta, moe; default all)
+// dense64, dense512, attention, delta, moe, gdn; default all)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/fast/gdn_layer.h"
 #include "backends/cpu/fast/kernels.h"
 #include "backends/cpu/fast/memory_bandwidth.h"
 #include "backends/cpu/fast/moe_layer.h"
@@ -245,6 +246,79 @@ void run_delta(const Kernels& k, WorkPool& pool, const std::string& only) {
       k.name, sec * 1e3, 2.0 * double(S.size() * 4) / sec / 1e9);
 }
 
+// A random matrix as the fast backend holds it: repacked where the table
+// takes pack16's layout (storage kept in `owned` and `records`).
+struct Held {
+  std::vector<Matrix> owned;
+  std::vector<std::unique_ptr<WeightBuffer>> records;
+  QTensor make(const Kernels& k, int64_t rows, int64_t cols, int bits) {
+    QTensor t = owned.emplace_back(random_affine(rows, cols, bits)).t;
+    if (k.packed16 && packable(t)) {
+      records.push_back(std::make_unique<WeightBuffer>(t.bytes()));
+      pack16(t, records.back()->data());
+      t.data = records.back()->data();
+      t.scales = t.biases = nullptr;
+      t.packed16 = true;
+    }
+    return t;
+  }
+};
+
+// Decode's whole Gated DeltaNet block (GdnLayer: the four in-projections, conv,
+// the delta rule, the gated norm, the out-projection, its pool runs) through
+// the 35b-a3b's 30 such layers (566 MB of matrices, 60 MB of state), one
+// token at a time. GB/s: matrices plus state read and written, over the time.
+void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
+  if (!only.empty() && only != "gdn") return;
+  ModelConfig c;
+  c.hidden = 2048;
+  c.lin_k_heads = 16;
+  c.lin_v_heads = 32;
+  c.lin_k_dim = c.lin_v_dim = 128;
+  c.conv_kernel = 4;
+  constexpr int kLayers = 30, kTokens = 32;
+  const int64_t C = c.conv_channels();
+  Held held;
+  CounterRng rng(13);
+  std::vector<GdnWeights> w(kLayers);
+  std::vector<std::vector<float>> conv_t;
+  std::vector<cpu::GdnState> st;
+  double bytes = 0;
+  for (GdnWeights& l : w) {
+    l.in_qkv = held.make(k, C, c.hidden, 4);
+    l.in_z = held.make(k, c.lin_value_dim(), c.hidden, 4);
+    l.in_b = held.make(k, c.lin_v_heads, c.hidden, 4);
+    l.in_a = held.make(k, c.lin_v_heads, c.hidden, 4);
+    l.out = held.make(k, c.hidden, c.lin_value_dim(), 4);
+    l.conv.resize(size_t(C * c.conv_kernel));
+    for (float& v : l.conv) v = 0.3f * rng.normal();
+    l.dt_bias.assign(size_t(c.lin_v_heads), 0.5f);
+    l.a_log.assign(size_t(c.lin_v_heads), -1.0f);
+    l.norm.assign(size_t(c.lin_v_dim), 1.0f);
+    conv_t.push_back(transpose_conv(c, l));
+    st.push_back(cpu::make_gdn_state(c));
+    for (const QTensor* t : {&l.in_qkv, &l.in_z, &l.in_b, &l.in_a, &l.out})
+      bytes += double(t->bytes());
+    bytes += 2.0 * double(st.back().S.size() * sizeof(float));
+  }
+  std::vector<float> x(size_t(c.hidden)), out(size_t(c.hidden));
+  for (float& v : x) v = rng.normal();
+  Context ctx{pool, k, true, {}};
+  GdnLayer gdn;
+  Activations act;
+  auto fn = [&] {
+    for (int t = 0; t < kTokens; ++t)
+      for (int l = 0; l < kLayers; ++l) {
+        act.set(pool, k, x.data(), c.hidden, 1, c.hidden, true);
+        gdn.forward(ctx, c, w[size_t(l)], conv_t[size_t(l)], act, 1, st[size_t(l)], out.data());
+      }
+  };
+  fn();
+  const double sec = best_seconds(3, fn) / kTokens;
+  std::printf("%-8s gdn blocks decode, 30 layers: %8.3f ms a token  %6.1f GB/s\n", k.name,
+              sec * 1e3, bytes / sec / 1e9);
+}
+
 // Decode's whole MoE block (MoeLayer: the router, the 8 routed experts and
 // the shared one, their down projections and the combine, with its pool runs)
 // on one layer of the 35b-a3b's shapes, 256 experts (453 MB). Each token comes
@@ -258,20 +332,8 @@ void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
   c.n_experts = 256;
   c.top_k = 8;
   c.moe_inter = c.shared_inter = 512;
-  std::vector<Matrix> owned;
-  std::vector<std::unique_ptr<WeightBuffer>> records;
-  owned.reserve(size_t(3 * c.n_experts + 5));
-  auto make = [&](int64_t rows, int64_t cols, int bits) {
-    QTensor t = owned.emplace_back(random_affine(rows, cols, bits)).t;
-    if (k.packed16 && packable(t)) {
-      records.push_back(std::make_unique<WeightBuffer>(t.bytes()));
-      pack16(t, records.back()->data());
-      t.data = records.back()->data();
-      t.scales = t.biases = nullptr;
-      t.packed16 = true;
-    }
-    return t;
-  };
+  Held held;
+  auto make = [&](int64_t rows, int64_t cols, int bits) { return held.make(k, rows, cols, bits); };
   MoeWeights w;
   w.router = make(c.n_experts, c.hidden, 8);
   w.shared_expert_gate = make(1, c.hidden, 8);
@@ -306,7 +368,7 @@ void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
   // here, untimed, from fp32 inputs: a near-tie may pick another expert of the
   // same size).
   for (int t = 0; t < kTokens; ++t) {
-    k.gemm_f32(owned[0].t, 0, c.n_experts, {x.data() + t * c.hidden, c.hidden, nullptr}, 1,
+    k.gemm_f32(held.owned[0].t, 0, c.n_experts, {x.data() + t * c.hidden, c.hidden, nullptr}, 1,
                {logits.data(), c.n_experts});
     route(logits.data(), c.n_experts, c.top_k, c.norm_topk, experts.data(), weights.data());
     bytes += double(w.router.bytes() + w.shared_gate.bytes() + w.shared_up.bytes() +
@@ -347,5 +409,6 @@ int main(int argc, char** argv) {
     for (int64_t n : {512, 8192, 32768}) run_attention(k, pool, n, only);
     run_delta(k, pool, only);
     run_moe(k, pool, only);
+    run_gdn(k, pool, only);
   }
 }
