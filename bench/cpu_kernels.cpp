@@ -26,6 +26,7 @@
 #include "backends/cpu/fast/moe_layer.h"
 #include "backends/cpu/fast/pack16.h"
 #include "core/rng.h"
+#include "model/config.h"
 
 using namespace tern;
 using namespace tern::cpu::fast;
@@ -246,6 +247,10 @@ void run_delta(const Kernels& k, WorkPool& pool, const std::string& only) {
       k.name, sec * 1e3, 2.0 * double(S.size() * 4) / sec / 1e9);
 }
 
+ModelConfig shapes_35b() {
+  return parse_config(preset_config("35b-a3b"), "the 35b-a3b preset");
+}
+
 // A random matrix as the fast backend holds it: repacked where the table
 // takes pack16's layout (storage kept in `owned` and `records`).
 struct Held {
@@ -270,12 +275,7 @@ struct Held {
 // token at a time. GB/s: matrices plus state read and written, over the time.
 void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
   if (!only.empty() && only != "gdn") return;
-  ModelConfig c;
-  c.hidden = 2048;
-  c.lin_k_heads = 16;
-  c.lin_v_heads = 32;
-  c.lin_k_dim = c.lin_v_dim = 128;
-  c.conv_kernel = 4;
+  const ModelConfig c = shapes_35b();
   constexpr int kLayers = 30, kTokens = 32;
   const int64_t C = c.conv_channels();
   Held held;
@@ -327,11 +327,7 @@ void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
 // bandwidth the kernel streams at on its own.
 void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
   if (!only.empty() && only != "moe") return;
-  ModelConfig c;
-  c.hidden = 2048;
-  c.n_experts = 256;
-  c.top_k = 8;
-  c.moe_inter = c.shared_inter = 512;
+  const ModelConfig c = shapes_35b();
   Held held;
   auto make = [&](int64_t rows, int64_t cols, int bits) { return held.make(k, rows, cols, bits); };
   MoeWeights w;
