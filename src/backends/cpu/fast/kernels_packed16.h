@@ -42,7 +42,7 @@ inline __m512 bf16x16(const uint8_t* p) {
 template <int B, int N, int S>
 inline void record(const uint8_t* rec, const int8_t* const* xa, const float* d, const float* s,
                    __m512* acc) {
-  constexpr int kCodes = kPackRows * kGroup * B / 8;
+  constexpr int64_t kCodes = pack_code_bytes(B);
   __m512i lo[N], hi[N];
   for (int t = 0; t < N; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
   for (int j = 0; j < kCodes / 64; ++j) {

@@ -63,7 +63,7 @@ bool packable(const QTensor& w) {
 void pack16(const QTensor& w, uint8_t* out) {
   TERN_CHECK(packable(w));
   const int64_t G = int64_t(w.groups_per_row()), blocks = w.rows / kPackRows;
-  const int64_t rec_bytes = pack_record_bytes(w.bits), codes = rec_bytes - 64;
+  const int64_t rec_bytes = pack_record_bytes(w.bits), codes = pack_code_bytes(w.bits);
   const size_t rb = w.row_bytes(), group_bytes = size_t(kGroup * w.bits / 8);
   std::vector<std::array<int, 16>> first(static_cast<size_t>(G));
   for (int64_t g = 0; g < G; ++g) first[size_t(g)] = unit_inputs(G, g);

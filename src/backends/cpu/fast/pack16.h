@@ -23,9 +23,13 @@
 namespace tern::cpu::fast {
 
 constexpr int kPackRows = 16;
-// Bytes of one record of a matrix of `bits` (4 or 8) bits a weight.
+// Bytes of one record's codes and of the whole record (codes, then 16 bf16
+// scales and 16 bf16 biases) for `bits` (4 or 8) bits a weight.
+constexpr int64_t pack_code_bytes(int bits) {
+  return kPackRows * kGroup * bits / 8;
+}
 constexpr int64_t pack_record_bytes(int bits) {
-  return kPackRows * kGroup * bits / 8 + 64;
+  return pack_code_bytes(bits) + 4 * kPackRows;
 }
 
 // Where a group's activation units start and how far apart they are: groups
