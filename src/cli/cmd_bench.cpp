@@ -11,7 +11,8 @@
 // CPU (cpu, cpu-ref): the context is a prefill of random tokens
 // (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
 // larger than L3, measured at the start and again after each decode row
-// (that row's floor). Table on stdout, JSON and a plot (SVG or PNG) on request.
+// (that row's floor); --split times decode's parts (fast backend). Table on
+// stdout, JSON and a plot (SVG or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -54,7 +55,7 @@ struct BenchOptions {
   bool sample = false, mmap = false;
   std::vector<std::string> leave_out;
   std::string command;
-  // CUDA prompt processing: --split, and the prefill options (0: the backend's default).
+  // --split (CUDA prompt phases, CPU decode parts), the CUDA prefill options (0: default).
   bool split = false;
   int prefill_chunk = 0, chunked_from = 0, moe_bn = 0, dense_bn = 0, gemm_bm = 0, moe_bm = 0,
       step_below = 0;
@@ -138,6 +139,26 @@ void write_outputs(const BenchOptions& o, const nlohmann::json& j,
   }
 }
 
+// One more decode run at context L with the forward pass's parts timed:
+// ms a token each, and what the whole tokens took beside their sum.
+nlohmann::json cpu_decode_split(FastCpuBackend& be, int64_t L, int gen, uint64_t seed) {
+  cpu::fast::PartTimes t;
+  be.set_part_times(&t);
+  const double whole = time_cpu_decode(be, L, gen, 1, seed).front() / gen;
+  be.set_part_times(nullptr);
+  nlohmann::json j = {{"whole_ms", whole * 1e3}};
+  std::printf("  split at %lld (ms a token):", (long long)L);
+  double sum = 0;
+  for (int p = 0; p < int(cpu::fast::Part::count); ++p) {
+    const double ms = t.seconds[p] / gen * 1e3;
+    sum += ms;
+    j[cpu::fast::kPartNames[p]] = ms;
+    std::printf(" %s %.2f", cpu::fast::kPartNames[p], ms);
+  }
+  std::printf("; sum %.2f of %.2f whole\n", sum, whole * 1e3);
+  return j;
+}
+
 // The CPU backends: a checkpoint from disk, the context prefilled.
 int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
   if (!o.dummy.empty())
@@ -146,16 +167,18 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
         "(tern make-dummy --preset {} --layout mlx4 --seed 1 --out DIR) and pass --model DIR",
         o.backend, o.dummy);
   if (o.model.empty()) fail("tern bench: give --model");
-  if (o.sample || !o.leave_out.empty() || !o.trace.empty() || o.split || o.prefill_chunk ||
-      o.chunked_from || o.moe_bn || o.dense_bn || o.gemm_bm || o.moe_bm || o.step_below)
+  if (o.sample || !o.leave_out.empty() || !o.trace.empty() || o.prefill_chunk || o.chunked_from ||
+      o.moe_bn || o.dense_bn || o.gemm_bm || o.moe_bm || o.step_below)
     fail(
-        "tern bench: --sample, --leave-out, --trace, --split and the prefill tile options are for "
-        "the CUDA backend");
+        "tern bench: --sample, --leave-out, --trace and the prefill tile options are for the CUDA "
+        "backend");
   auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
   prepare_weights(o.backend, *w);
   auto be = make_backend(o.backend, w);
   const ModelConfig& c = be->config();
-  const auto* fast = dynamic_cast<const FastCpuBackend*>(be.get());
+  auto* fast = dynamic_cast<FastCpuBackend*>(be.get());
+  if (o.split && (fast == nullptr || lengths.decode.empty()))
+    fail("tern bench: --split on the CPU times decode's parts on the fast backend (--decode)");
   const std::string isa = fast ? cpu::fast::isa_name(fast->isa()) : "fp32 reference";
   const int threads = fast ? cpu::fast::WorkPool::global().size() : ThreadPool::global().size();
   const cpu::fast::MemoryBandwidth bw =
@@ -183,6 +206,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
     row["copy_bandwidth_gb_s"] = row_bw.copy / 1e9;
     row["read_bandwidth_gb_s"] = row_bw.read / 1e9;
     row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / row_bw.read;
+    if (o.split) row["split"] = cpu_decode_split(*fast, L, o.gen, o.seed + 7 * L);
     rows.push_back(row);
   }
   const nlohmann::json j = {{"command", o.command},
@@ -389,7 +413,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
   cmd->add_flag("--split", o->split,
                 "CUDA, with --prefill: one more run per length timing each phase (MoE GEMMs, "
-                "dense GEMMs, GDN, attention, the rest) next to its FLOP floor");
+                "dense GEMMs, GDN, attention, the rest) next to its FLOP floor; CPU, with "
+                "--decode: one more run per length timing each part of the token (norms, GDN, "
+                "attention, MoE, output head)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "CUDA: most tokens a prefill chunk")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gdn-chunked-from", o->chunked_from,

@@ -109,7 +109,7 @@ expect_error "bad context length" "--decode: 'x' is not a positive context lengt
 # Exit 105: CLI11's own validation, which refuses the flag before anything runs.
 RC=105 expect_error "plot extension" "plot file '$W/p.jpg' must end in .svg or .png" "$TERN" bench --dummy tiny --plot "$W/p.jpg"
 # tern bench on the CPU: prompt and decode rows, the copy bandwidth, the plot.
-"$TERN" bench --model "$W/tiny" --backend cpu --prefill 8,16 --decode 4 --gen 2 --repeat 1 \
+"$TERN" bench --model "$W/tiny" --backend cpu --prefill 8,16 --decode 4 --gen 2 --repeat 1 --split \
   --json "$W/bench.json" --plot "$W/bench.svg" >"$W/bench.out" 2>/dev/null || bad "bench --backend cpu"
 python3 - "$W/bench.json" <<'PY' && ok || bad "bench JSON"
 import json, sys
@@ -118,9 +118,14 @@ assert j["backend"] == "cpu" and j["copy_bandwidth_gb_s"] > 0 and j["weight_byte
 assert [r["tokens"] for r in j["prefill"]] == [8, 16] and all(r["tok_s"] > 0 for r in j["prefill"]), j
 d = j["decode"]
 assert [r["context"] for r in d] == [4] and d[0]["tok_s"] > 0 and 0 < d[0]["fraction_of_floor"], j
+# --split: the token's parts, each timed, adding up to no more than the whole.
+s = d[0]["split"]
+parts = [s[p] for p in ("norm", "gdn", "attention", "moe", "head")]
+assert all(p > 0 for p in parts) and sum(parts) <= s["whole_ms"] * 1.0001, s
 PY
 grep -q "<svg" "$W/bench.svg" && ok || bad "bench --plot on the CPU"
 expect_error "bench dummy on the CPU" "pass --model DIR" "$TERN" bench --dummy tiny --backend cpu --decode 8
+expect_error "split without decode" "times decode's parts" "$TERN" bench --model "$W/tiny" --backend cpu --prefill 8 --split
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
 if ! command -v nvidia-smi >/dev/null; then
   expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1

@@ -1,6 +1,7 @@
 #include "backends/cpu/fast/fast_backend.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "backends/cpu/fast/attention_layer.h"
 #include "backends/cpu/fast/gdn_layer.h"
@@ -33,6 +34,7 @@ class Model {
   }
 
   Isa isa() const { return ctx_.k.isa; }
+  void set_part_times(PartTimes* t) { times_ = t; }
 
   // Runs tokens after the positions in seq; the logits of rows [first, T) to out.
   void chunk(CpuSequence& seq, std::span<const int32_t> tokens, int64_t first, float* out) {
@@ -42,25 +44,50 @@ class Model {
     float* a = grow(a_, size_t(T * D));
     float* y = grow(y_, size_t(T * D));
     for (int64_t t = 0; t < T; ++t) w_.embed.dequant_row(tokens[size_t(t)], h + t * D);
-    const float* pending = nullptr;  // the last block's output, not yet added to h
+    const float* pending = nullptr;          // the last block's output, not yet added to h
+    Clock clock(T == 1 ? times_ : nullptr);  // decode's tokens only
     for (int i = 0; i < c.n_layers; ++i) {
       const LayerWeights& L = w_.layers[size_t(i)];
       norm_rows(h, pending, L.in_norm, T, a);
-      if (L.type == LayerType::linear_attention)
+      clock.lap(Part::norm);
+      if (L.type == LayerType::linear_attention) {
         gdn_.forward(ctx_, c, L.gdn, conv_t_[size_t(i)], act_, T, seq.gdn[size_t(i)], y);
-      else
+        clock.lap(Part::gdn);
+      } else {
         attn_.forward(ctx_, c, L.attn, act_, T, seq.length(), seq.kv[size_t(i)], y);
+        clock.lap(Part::attention);
+      }
       norm_rows(h, y, L.post_norm, T, a);
+      clock.lap(Part::norm);
       moe_.forward(ctx_, c, L.moe, act_, T, y);
+      clock.lap(Part::moe);
       pending = y;
     }
     const int64_t n = T - first;
     norm_rows(h + first * D, pending + first * D, w_.final_norm, n, a);
+    clock.lap(Part::norm);
     const MatmulJob head[] = {{&w_.lm_head, &act_, nullptr, n, {out, c.vocab}}};
     ctx_.mm.run(ctx_.pool, ctx_.k, head);
+    clock.lap(Part::head);
   }
 
  private:
+  // Adds the time since the last lap to a part, when times are kept.
+  class Clock {
+   public:
+    explicit Clock(PartTimes* t) : t_(t), last_(std::chrono::steady_clock::now()) {}
+    void lap(Part p) {
+      if (t_ == nullptr) return;
+      const auto now = std::chrono::steady_clock::now();
+      t_->seconds[int(p)] += std::chrono::duration<double>(now - last_).count();
+      last_ = now;
+    }
+
+   private:
+    PartTimes* t_;
+    std::chrono::steady_clock::time_point last_;
+  };
+
   // h += y (when y is given), then a = RMSNorm(h) * w, quantised into act_.
   void norm_rows(float* h, const float* y, const std::vector<float>& w, int64_t T, float* a) {
     const int64_t D = w_.cfg.hidden;
@@ -81,6 +108,7 @@ class Model {
   GdnLayer gdn_;
   AttentionLayer attn_;
   MoeLayer moe_;
+  PartTimes* times_ = nullptr;
 };
 
 }  // namespace cpu::fast
@@ -94,6 +122,10 @@ FastCpuBackend::~FastCpuBackend() = default;
 
 cpu::fast::Isa FastCpuBackend::isa() const {
   return model_->isa();
+}
+
+void FastCpuBackend::set_part_times(cpu::fast::PartTimes* t) {
+  model_->set_part_times(t);
 }
 
 void FastCpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens, Logits which,

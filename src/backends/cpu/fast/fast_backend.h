@@ -17,6 +17,15 @@ namespace tern {
 namespace cpu::fast {
 class Model;
 constexpr int64_t kMaxChunk = 512;  // tokens of a prompt processed at once
+
+// Seconds per part of decode's forward passes (calls of one token; tern bench
+// --split), accumulated while set: the host clock around each part's pool
+// runs, which return when done.
+enum class Part { norm, gdn, attention, moe, head, count };
+inline const char* const kPartNames[] = {"norm", "gdn", "attention", "moe", "head"};
+struct PartTimes {
+  double seconds[int(Part::count)] = {};
+};
 }  // namespace cpu::fast
 
 class FastCpuBackend : public CpuBackend {
@@ -33,6 +42,7 @@ class FastCpuBackend : public CpuBackend {
   int64_t prefill_chunk() const override { return cpu::fast::kMaxChunk; }
   std::string name() const override { return "cpu"; }
   cpu::fast::Isa isa() const;
+  void set_part_times(cpu::fast::PartTimes* t);
 
  private:
   std::unique_ptr<cpu::fast::Model> model_;
