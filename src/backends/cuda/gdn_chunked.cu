@@ -9,15 +9,20 @@
 // diag(beta Gamma) K] with a thread per column of X keeping its 64 entries in
 // registers (no barrier in the solve; A comes by broadcast loads). It writes
 // U, W = the two halves of X, Q~ = diag(Gamma) Q, K~ = diag(e^(gam_C - gam)) K,
-// M = (Q K^T) o D (s <= r) and Gamma_C to the scratch.
+// M = (Q K^T) o D (s <= r) and Gamma_C to the scratch: W, Q~, K~ and M in
+// fp16, U (values, of any size) in fp32. The fp16 ones are operands of tf32
+// products, whose 10 mantissa bits fp16 holds exactly, and bounded (q and k
+// unit-norm, decays <= 1), so only their range shrinks: entries under 2^-14
+// keep fewer bits, an absolute error under 2^-25. Fewer bytes: the scratch was
+// 148 KB a (chunk, head), written once and read by four chunk_state blocks.
 //
 // chunk_state, a block per (value head, 32 state columns), sequential over the
 // chunks, on tensor cores (mma m16n8k8 tf32, fp32 sums): per chunk
 //   V' = U - W S,   O = Q~ S + M V',   S = Gamma_C S + K~^T V'.
 // S (128 x 32) lives in the warps' accumulators for the whole call (warp w:
 // rows 16 w..), with a tf32 copy in shared memory as the operand of W S and
-// Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits, fp32
-// range); every sum is fp32.
+// Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16
+// ones convert exactly); every sum is fp32.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/prefill_kernels.h"
 
@@ -27,9 +32,12 @@ namespace {
 
 constexpr int kD = kGdnDim, kC = 64;
 constexpr int kPrepThreads = 256;
-// Scratch per (chunk, head): W, U, Q~, K~ [64][128], M [64][64], Gamma_C (+pad).
-constexpr size_t kW = 0, kU = kW + kC * kD, kQ = kU + kC * kD, kK = kQ + kC * kD, kM = kK + kC * kD,
-                 kG = kM + kC * kC, kPer = kG + 64;
+// Scratch per (chunk, head), byte offsets: W, Q~, K~ fp16 [64][128], M fp16
+// [64][64], U fp32 [64][128], Gamma_C (+pad).
+constexpr size_t kH = sizeof(__half), kW = 0, kQ = kW + kC * kD * kH, kK = kQ + kC * kD * kH,
+                 kM = kK + kC * kD * kH, kU = kM + kC * kC * kH, kG = kU + kC * kD * sizeof(float),
+                 kPer = kG + 256;
+static_assert(kPer % 16 == 0 && kU % 16 == 0 && kM % 16 == 0, "16-byte pieces");
 
 __device__ __forceinline__ float tf32(float x) {
   uint32_t u;
@@ -75,7 +83,10 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
   const int c = int(blockIdx.x), n = int(blockIdx.y), tid = int(threadIdx.x);
   const int Hk = a.k_heads, Hv = a.v_heads, m = n / (Hv / Hk), t0 = c * kC;
   const int L = min(kC, a.T - t0);
-  float* out = a.scratch + (size_t(c) * Hv + n) * kPer;
+  uint8_t* out = reinterpret_cast<uint8_t*>(a.scratch) + (size_t(c) * Hv + n) * kPer;
+  __half *oW = reinterpret_cast<__half*>(out + kW), *oQ = reinterpret_cast<__half*>(out + kQ),
+         *oK = reinterpret_cast<__half*>(out + kK), *oM = reinterpret_cast<__half*>(out + kM);
+  float* oU = reinterpret_cast<float*>(out + kU);
   for (int i = tid; i < kC * kD; i += kPrepThreads) {
     const int r = i / kD, d = i % kD;
     const bool ok = r < L;
@@ -122,14 +133,15 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
       mma_tf32x3(qk[j], qh, ql, bh, bl);
     }
   }
-  // Q~ and K~ out while q is still there.
+  // Q~ and K~ out while q is still there, two columns a thread.
   const float gl = s.gam[kC - 1];
-  for (int i = tid; i < kC * kD; i += kPrepThreads) {
+  for (int i = 2 * tid; i < kC * kD; i += 2 * kPrepThreads) {
     const int r = i / kD, d = i % kD;
-    out[kQ + i] = tf32(expf(s.gam[r]) * s.q[r][d]);
-    out[kK + i] = tf32(expf(gl - s.gam[r]) * s.k[r][d]);
+    const float eq = expf(s.gam[r]), ek = expf(gl - s.gam[r]);
+    reinterpret_cast<__half2*>(oQ)[i / 2] = __floats2half2_rn(eq * s.q[r][d], eq * s.q[r][d + 1]);
+    reinterpret_cast<__half2*>(oK)[i / 2] = __floats2half2_rn(ek * s.k[r][d], ek * s.k[r][d + 1]);
   }
-  if (tid == 0) out[kG] = expf(gl);
+  if (tid == 0) *reinterpret_cast<float*>(out + kG) = expf(gl);
   __syncthreads();
   float* A = &s.q[0][0];  // [kC][kAS]
 #pragma unroll
@@ -140,7 +152,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
       // Masked before the exponent: e^(gam_r - gam_s) only for s <= r.
       const float dec = q <= r ? expf(s.gam[r] - s.gam[q]) : 0.0f;
       A[r * kAS + q] = q < r ? s.beta[r] * kk[j][e] * dec : 0.0f;
-      out[kM + r * kC + q] = tf32(qk[j][e] * dec);
+      oM[r * kC + q] = __float2half_rn(qk[j][e] * dec);
     }
   __syncthreads();
   // Forward substitution, thread j a column of X = [U | W].
@@ -160,39 +172,41 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
     }
     x[r] = b;
     if (j < kD)
-      out[kU + r * kD + j] = b;
+      oU[r * kD + j] = b;
     else
-      out[kW + r * kD + j - kD] = tf32(b);
+      oW[r * kD + j - kD] = __float2half_rn(b);
   }
 }
 
-// chunk_state's shared memory (floats), rows padded so the fragment loads of
-// each operand fall in distinct banks.
-constexpr int kCols = 32, kWS = kD + 4, kKT = kD + 8, kMS = kC + 4, kVS = kCols + 8;
-constexpr int kSmW = 0, kSmQ = kSmW + kC * kWS, kSmK = kSmQ + kC * kWS, kSmK2 = kSmK + kC * kKT,
-              kSmM = kSmK2 + kC * kKT, kSmU = kSmM + kC * kMS, kSmV = kSmU + kC * kCols,
-              kSmS = kSmV + kC * kVS, kSmTotal = kSmS + kD * kVS;
+// chunk_state's shared memory, rows padded so the fragment loads of each
+// operand fall in distinct banks: the fp16 operands W, Q~, K~ (two buffers)
+// and M in rows of 68 and 36 words, U, V' and S in fp32. Byte offsets.
+constexpr int kCols = 32, kWS = kD + 8, kMS = kC + 8, kVS = kCols + 8;  // elements a row
+constexpr int kSmW = 0, kSmQ = kSmW + 2 * kC * kWS, kSmK = kSmQ + 2 * kC * kWS,
+              kSmK2 = kSmK + 2 * kC * kWS, kSmM = kSmK2 + 2 * kC * kWS, kSmU = kSmM + 2 * kC * kMS,
+              kSmV = kSmU + 4 * kC * kCols, kSmS = kSmV + 4 * kC * kVS,
+              kSmTotal = kSmS + 4 * kD * kVS;
 constexpr int kStateThreads = 256;
 
-// Rows of `cols` floats (a multiple of 4) from src (row stride ld) to dst
-// (stride dst_ld), by cp.async.
-__device__ __forceinline__ void copy_rows(float* dst, int dst_ld, const float* src, int ld,
-                                          int rows, int cols) {
-  const int per = cols / 4;
+// Rows of `bytes` (a multiple of 16) from src (row stride ld bytes) to dst
+// (stride dst_ld bytes), by cp.async.
+__device__ __forceinline__ void copy_rows(uint8_t* dst, int dst_ld, const uint8_t* src, int ld,
+                                          int rows, int bytes) {
+  const int per = bytes / 16;
   for (int i = int(threadIdx.x); i < rows * per; i += kStateThreads) {
     const int r = i / per, p = i % per;
-    cp_async16(dst + r * dst_ld + 4 * p, src + size_t(r) * ld + 4 * p);
+    cp_async16(dst + r * dst_ld + 16 * p, src + size_t(r) * ld + 16 * p);
   }
 }
 
 // acc[q] += A (16 rows from row0) . B (column tiles cb + q, 8 columns each)
-// over K = 8 KSTEPS: A row-major with stride lda (or, kTransA, stored
-// transposed: element (r, k) at A[k lda + r]), B k-major with stride ldb.
+// over K = 8 KSTEPS: A fp16, row-major with stride lda (or, kTransA, stored
+// transposed: element (r, k) at A[k lda + r]), B fp32 k-major with stride ldb.
 template <int KSTEPS, int NQ, bool kTransA = false>
-__device__ __forceinline__ void tile_mma(float (&acc)[NQ][4], const float* A, int lda, int row0,
+__device__ __forceinline__ void tile_mma(float (&acc)[NQ][4], const __half* A, int lda, int row0,
                                          const float* B, int ldb, int cb) {
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
-  auto at = [&](int r, int k) { return kTransA ? A[k * lda + r] : A[r * lda + k]; };
+  auto at = [&](int r, int k) { return __half2float(kTransA ? A[k * lda + r] : A[r * lda + k]); };
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; ++kk) {
     const int r = row0 + g, k = 8 * kk + t;
@@ -217,24 +231,30 @@ __device__ __forceinline__ void each_acc(float (&acc)[NQ][4], int row0, int cb, 
 }
 
 __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs a) {
-  extern __shared__ __align__(16) float sm[];
-  float *Ws = sm + kSmW, *Qs = sm + kSmQ, *Ms = sm + kSmM, *Us = sm + kSmU, *Vp = sm + kSmV,
-        *Ss = sm + kSmS;
+  extern __shared__ __align__(16) uint8_t sm[];
+  const auto* Ws = reinterpret_cast<const __half*>(sm + kSmW);
+  const auto* Qs = reinterpret_cast<const __half*>(sm + kSmQ);
+  const auto* Ms = reinterpret_cast<const __half*>(sm + kSmM);
+  float *Us = reinterpret_cast<float*>(sm + kSmU), *Vp = reinterpret_cast<float*>(sm + kSmV),
+        *Ss = reinterpret_cast<float*>(sm + kSmS);
   auto Kb = [&](int c) { return sm + (c & 1 ? kSmK2 : kSmK); };  // K~ of chunk c
   const int n = int(blockIdx.x) / (kD / kCols), c0 = int(blockIdx.x) % (kD / kCols) * kCols;
   const int Hv = a.v_heads, chunks = (a.T + kC - 1) / kC, w = int(threadIdx.x) >> 5;
-  auto chunk = [&](int c) { return a.scratch + (size_t(c) * Hv + n) * kPer; };
+  auto chunk = [&](int c) {
+    return reinterpret_cast<const uint8_t*>(a.scratch) + (size_t(c) * Hv + n) * kPer;
+  };
   // Each operand's loads for chunk c + 1 start once chunk c's last reader is
   // past a barrier: W, U and K~ (double-buffered) after step 1, Q~ and M after
   // step 2, so none waits in full at the chunk's end.
+  constexpr int kRowH = kD * 2;  // bytes of an fp16 row of 128
   auto load_wuk = [&](int c) {
-    copy_rows(Ws, kWS, chunk(c) + kW, kD, kC, kD);
-    copy_rows(Us, kCols, chunk(c) + kU + c0, kD, kC, kCols);
-    copy_rows(Kb(c), kKT, chunk(c) + kK, kD, kC, kD);
+    copy_rows(sm + kSmW, 2 * kWS, chunk(c) + kW, kRowH, kC, kRowH);
+    copy_rows(sm + kSmU, 4 * kCols, chunk(c) + kU + 4 * c0, 4 * kD, kC, 4 * kCols);
+    copy_rows(Kb(c), 2 * kWS, chunk(c) + kK, kRowH, kC, kRowH);
   };
   auto load_qm = [&](int c) {
-    copy_rows(Qs, kWS, chunk(c) + kQ, kD, kC, kD);
-    copy_rows(Ms, kMS, chunk(c) + kM, kC, kC, kC);
+    copy_rows(sm + kSmQ, 2 * kWS, chunk(c) + kQ, kRowH, kC, kRowH);
+    copy_rows(sm + kSmM, 2 * kMS, chunk(c) + kM, 2 * kC, kC, 2 * kC);
   };
   load_wuk(0);
   load_qm(0);
@@ -251,7 +271,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
   const int mt = 16 * (w % 4), nb = 2 * (w / 4);  // steps 1 and 2: token rows mt.., tiles nb, nb+1
   for (int c = 0; c < chunks; ++c) {
     const int L = min(kC, a.T - c * kC);
-    const float gc = chunk(c)[kG];
+    const float gc = *reinterpret_cast<const float*>(chunk(c) + kG);
     // 1. V' = U - W S.
     float acc[2][4] = {};
     tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
@@ -272,7 +292,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     cp_async_commit();
     // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
     each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
-    tile_mma<kC / 8, 4, true>(st, Kb(c), kKT, 16 * w, Vp, kVS, 0);
+    tile_mma<kC / 8, 4, true>(st, reinterpret_cast<const __half*>(Kb(c)), kWS, 16 * w, Vp, kVS, 0);
     __syncthreads();  // every read of Ss and Vp is done
     each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
     cp_async_wait<0>();
@@ -284,7 +304,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
 }  // namespace
 
 size_t delta_scratch_floats(int T, int v_heads) {
-  return size_t((T + kC - 1) / kC) * size_t(v_heads) * kPer;
+  return size_t((T + kC - 1) / kC) * size_t(v_heads) * kPer / sizeof(float);
 }
 
 cudaError_t gdn_delta_chunked(const DeltaArgs& a, cudaStream_t st) {
@@ -300,7 +320,7 @@ cudaError_t gdn_delta_chunked(const DeltaArgs& a, cudaStream_t st) {
     return e;
   chunk_prep_kernel<<<dim3(chunks, a.v_heads), kPrepThreads, prep_smem, st>>>(a);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  constexpr size_t state_smem = sizeof(float) * kSmTotal;
+  constexpr size_t state_smem = kSmTotal;
   if (cudaError_t e = cudaFuncSetAttribute(
           chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(state_smem));
       e != cudaSuccess)
