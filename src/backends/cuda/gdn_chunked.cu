@@ -19,10 +19,10 @@
 // chunk_state, a block per (value head, 32 state columns), sequential over the
 // chunks, on tensor cores (mma m16n8k8 tf32, fp32 sums): per chunk
 //   V' = U - W S,   O = Q~ S + M V',   S = Gamma_C S + K~^T V'.
-// S (128 x 32) lives in the warps' accumulators for the whole call (warp w:
-// rows 16 w..), with a tf32 copy in shared memory as the operand of W S and
-// Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16
-// ones convert exactly); every sum is fp32.
+// S (128 x 32) lives in the 16 warps' accumulators for the whole call (warp
+// w: rows 16 (w % 8).., columns 16 (w / 8)..), with a tf32 copy in shared memory as the operand of
+// W S and Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16 ones convert
+// exactly); every sum is fp32.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/prefill_kernels.h"
 
@@ -87,13 +87,17 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
   __half *oW = reinterpret_cast<__half*>(out + kW), *oQ = reinterpret_cast<__half*>(out + kQ),
          *oK = reinterpret_cast<__half*>(out + kK), *oM = reinterpret_cast<__half*>(out + kM);
   float* oU = reinterpret_cast<float*>(out + kU);
-  for (int i = tid; i < kC * kD; i += kPrepThreads) {
-    const int r = i / kD, d = i % kD;
+  // q, k and v by cp.async, all in flight at once (plain loads through
+  // registers left most of a block's time waiting); rows past L zeros.
+  for (int i = tid; i < kC * kD / 4; i += kPrepThreads) {
+    const int r = i / (kD / 4), d = 4 * (i % (kD / 4));
     const bool ok = r < L;
-    s.k[r][d] = ok ? a.k[(size_t(t0 + r) * Hk + m) * kD + d] : 0.0f;
-    s.q[r][d] = ok ? a.q[(size_t(t0 + r) * Hk + m) * kD + d] : 0.0f;
-    s.v[r][d] = ok ? a.v[(size_t(t0 + r) * Hv + n) * kD + d] : 0.0f;
+    const size_t t = size_t(t0 + (ok ? r : 0));
+    cp_async16(&s.k[r][d], a.k + (t * Hk + m) * kD + d, ok);
+    cp_async16(&s.q[r][d], a.q + (t * Hk + m) * kD + d, ok);
+    cp_async16(&s.v[r][d], a.v + (t * Hv + n) * kD + d, ok);
   }
+  cp_async_commit();
   if (tid < 32) {  // gam: an inclusive scan, two tokens a lane (padding: g = 0, beta = 0)
     const int r = 2 * tid;
     const float g0 = r < L ? a.g[size_t(t0 + r) * Hv + n] : 0.0f;
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
     s.beta[r] = r < L ? a.beta[size_t(t0 + r) * Hv + n] : 0.0f;
     s.beta[r + 1] = r + 1 < L ? a.beta[size_t(t0 + r + 1) * Hv + n] : 0.0f;
   }
+  cp_async_wait<0>();
   __syncthreads();
   // Grams on the tensor cores, in three tf32 products (hi hi + hi lo + lo hi
   // of each operand's split: near-fp32 sums): warp w has rows 16 (w % 4)..
@@ -186,7 +191,10 @@ constexpr int kSmW = 0, kSmQ = kSmW + 2 * kC * kWS, kSmK = kSmQ + 2 * kC * kWS,
               kSmK2 = kSmK + 2 * kC * kWS, kSmM = kSmK2 + 2 * kC * kWS, kSmU = kSmM + 2 * kC * kMS,
               kSmV = kSmU + 4 * kC * kCols, kSmS = kSmV + 4 * kC * kVS,
               kSmTotal = kSmS + 4 * kD * kVS;
-constexpr int kStateThreads = 256;
+// 16 warps: one block an SM (its shared memory), so its warps are all the SM
+// has to hide the chain of dependent mmas and loads in each step (8 warps: 130
+// us a layer at 2K in ncu).
+constexpr int kStateThreads = 512;
 
 // Rows of `bytes` (a multiple of 16) from src (row stride ld bytes) to dst
 // (stride dst_ld bytes), by cp.async.
@@ -259,21 +267,22 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
   load_wuk(0);
   load_qm(0);
   cp_async_commit();
-  // The state: warp w's rows 16 w.. by all 32 columns (4 tiles), in registers.
+  // The state: warp w's rows sr.. by columns 8 sc.. (2 tiles), in registers.
+  const int sr = 16 * (w % 8), sc = 2 * (w / 8);
   float* Sg = a.S + size_t(n) * kD * kD + c0;
-  float st[4][4];
-  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) {
+  float st[2][4];
+  each_acc(st, sr, sc, [&](int r, int col, float& v) {
     v = Sg[size_t(r) * kD + col];
     Ss[r * kVS + col] = tf32(v);
   });
   cp_async_wait<0>();
   __syncthreads();
-  const int mt = 16 * (w % 4), nb = 2 * (w / 4);  // steps 1 and 2: token rows mt.., tiles nb, nb+1
+  const int mt = 16 * (w % 4), nb = w / 4;  // steps 1 and 2: token rows mt.., column tile nb
   for (int c = 0; c < chunks; ++c) {
     const int L = min(kC, a.T - c * kC);
     const float gc = *reinterpret_cast<const float*>(chunk(c) + kG);
     // 1. V' = U - W S.
-    float acc[2][4] = {};
+    float acc[1][4] = {};
     tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
     each_acc(acc, mt, nb,
              [&](int r, int col, float& v) { Vp[r * kVS + col] = tf32(Us[r * kCols + col] - v); });
@@ -281,7 +290,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     if (c + 1 < chunks) load_wuk(c + 1);
     cp_async_commit();
     // 2. O = Q~ S + M V'.
-    float o[2][4] = {};
+    float o[1][4] = {};
     tile_mma<kD / 8>(o, Qs, kWS, mt, Ss, kVS, nb);
     tile_mma<kC / 8>(o, Ms, kMS, mt, Vp, kVS, nb);
     each_acc(o, mt, nb, [&](int r, int col, float& v) {
@@ -291,14 +300,14 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     if (c + 1 < chunks) load_qm(c + 1);
     cp_async_commit();
     // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
-    each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
-    tile_mma<kC / 8, 4, true>(st, reinterpret_cast<const __half*>(Kb(c)), kWS, 16 * w, Vp, kVS, 0);
+    each_acc(st, sr, sc, [&](int, int, float& v) { v *= gc; });
+    tile_mma<kC / 8, 2, true>(st, reinterpret_cast<const __half*>(Kb(c)), kWS, sr, Vp, kVS, sc);
     __syncthreads();  // every read of Ss and Vp is done
-    each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
+    each_acc(st, sr, sc, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
     cp_async_wait<0>();
     __syncthreads();
   }
-  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
+  each_acc(st, sr, sc, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
 }
 
 }  // namespace
