@@ -19,10 +19,10 @@
 // chunk_state, a block per (value head, 32 state columns), sequential over the
 // chunks, on tensor cores (mma m16n8k8 tf32, fp32 sums): per chunk
 //   V' = U - W S,   O = Q~ S + M V',   S = Gamma_C S + K~^T V'.
-// S (128 x 32) lives in the 16 warps' accumulators for the whole call (warp
-// w: rows 16 (w % 8).., columns 16 (w / 8)..), with a tf32 copy in shared memory as the operand of
-// W S and Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16 ones convert
-// exactly); every sum is fp32.
+// S (128 x 32) lives in the warps' accumulators for the whole call (warp w:
+// rows 16 w..), with a tf32 copy in shared memory as the operand of W S and
+// Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16
+// ones convert exactly); every sum is fp32.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/prefill_kernels.h"
 
@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
          *oK = reinterpret_cast<__half*>(out + kK), *oM = reinterpret_cast<__half*>(out + kM);
   float* oU = reinterpret_cast<float*>(out + kU);
   // q, k and v by cp.async, all in flight at once (plain loads through
-  // registers left most of a block's time waiting); rows past L zeros.
+  // registers left most of a block's time waiting: 139 against 155 us a layer
+  // at 2K in ncu); rows past L zeros.
   for (int i = tid; i < kC * kD / 4; i += kPrepThreads) {
     const int r = i / (kD / 4), d = 4 * (i % (kD / 4));
     const bool ok = r < L;
@@ -185,16 +186,16 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
 
 // chunk_state's shared memory, rows padded so the fragment loads of each
 // operand fall in distinct banks: the fp16 operands W, Q~, K~ (two buffers)
-// and M in rows of 68 and 36 words, U, V' and S in fp32. Byte offsets.
-constexpr int kCols = 32, kWS = kD + 8, kMS = kC + 8, kVS = kCols + 8;  // elements a row
+// and M in rows of 68 and 36 words (ldmatrix's 8 rows in distinct 16-byte
+// pieces of the banks), U, V' and S in fp32, V' and S (the B operands) in
+// rows of 36 (tile_mma's loads of rows 2 t and 2 t + 1 in distinct banks).
+// Byte offsets.
+constexpr int kCols = 32, kWS = kD + 8, kMS = kC + 8, kVS = kCols + 4;  // elements a row
 constexpr int kSmW = 0, kSmQ = kSmW + 2 * kC * kWS, kSmK = kSmQ + 2 * kC * kWS,
               kSmK2 = kSmK + 2 * kC * kWS, kSmM = kSmK2 + 2 * kC * kWS, kSmU = kSmM + 2 * kC * kMS,
               kSmV = kSmU + 4 * kC * kCols, kSmS = kSmV + 4 * kC * kVS,
               kSmTotal = kSmS + 4 * kD * kVS;
-// 16 warps: one block an SM (its shared memory), so its warps are all the SM
-// has to hide the chain of dependent mmas and loads in each step (8 warps: 130
-// us a layer at 2K in ncu).
-constexpr int kStateThreads = 512;
+constexpr int kStateThreads = 256;
 
 // Rows of `bytes` (a multiple of 16) from src (row stride ld bytes) to dst
 // (stride dst_ld bytes), by cp.async.
@@ -207,22 +208,49 @@ __device__ __forceinline__ void copy_rows(uint8_t* dst, int dst_ld, const uint8_
   }
 }
 
+// Four 8 x 8 fp16 matrices from shared memory (lane l gives the address of row
+// l % 8 of matrix l / 8), as ldmatrix hands them out: lane (g, t) gets row g's
+// columns 2 t, 2 t + 1 of each (kTrans: of each one transposed).
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
 // acc[q] += A (16 rows from row0) . B (column tiles cb + q, 8 columns each)
-// over K = 8 KSTEPS: A fp16, row-major with stride lda (or, kTransA, stored
-// transposed: element (r, k) at A[k lda + r]), B fp32 k-major with stride ldb.
+// over K = 8 KSTEPS (even): A fp16, row-major with stride lda (or, kTransA,
+// stored transposed: element (r, k) at A[k lda + r]), B fp32 k-major with
+// stride ldb. A comes by ldmatrix, two k steps of a 16-row tile an
+// instruction (scalar loads were most of the kernel's shared-memory issue);
+// the mma's k slots t and t + 4 of a step are then columns 2 t and 2 t + 1
+// (the contraction's order is free), and B is read in that order.
 template <int KSTEPS, int NQ, bool kTransA = false>
 __device__ __forceinline__ void tile_mma(float (&acc)[NQ][4], const __half* A, int lda, int row0,
                                          const float* B, int ldb, int cb) {
+  static_assert(KSTEPS % 2 == 0, "k steps in pairs");
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
-  auto at = [&](int r, int k) { return __half2float(kTransA ? A[k * lda + r] : A[r * lda + k]); };
+  // This lane's row address: matrix lane / 8 is rows + 8 (m & 1), k step + (m >> 1).
+  const int j = lane & 7, mi = lane >> 3, r = row0 + 8 * (mi & 1), kq = 8 * (mi >> 1);
+  const __half* base = kTransA ? A + (kq + j) * lda + r : A + (r + j) * lda + kq;
 #pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) {
-    const int r = row0 + g, k = 8 * kk + t;
-    const float a0 = at(r, k), a1 = at(r + 8, k), a2 = at(r, k + 4), a3 = at(r + 8, k + 4);
+  for (int kk = 0; kk < KSTEPS; kk += 2) {
+    uint32_t f[4];
+    ldsm_x4<kTransA>(f, base + (kTransA ? 8 * kk * lda : 8 * kk));
 #pragma unroll
-    for (int q = 0; q < NQ; ++q) {
-      const float* br = B + k * ldb + 8 * (cb + q) + g;
-      mma_tf32(acc[q], a0, a1, a2, a3, br[0], br[4 * ldb]);
+    for (int h = 0; h < 2; ++h) {
+      // Rows g and g + 8, columns 2 t and 2 t + 1 of k step kk + h.
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&f[2 * h]));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&f[2 * h + 1]));
+      const float* br = B + (8 * (kk + h) + 2 * t) * ldb + g;
+#pragma unroll
+      for (int q = 0; q < NQ; ++q)
+        mma_tf32(acc[q], lo.x, hi.x, lo.y, hi.y, br[8 * (cb + q)], br[8 * (cb + q) + ldb]);
     }
   }
 }
@@ -267,22 +295,21 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
   load_wuk(0);
   load_qm(0);
   cp_async_commit();
-  // The state: warp w's rows sr.. by columns 8 sc.. (2 tiles), in registers.
-  const int sr = 16 * (w % 8), sc = 2 * (w / 8);
+  // The state: warp w's rows 16 w.. by all 32 columns (4 tiles), in registers.
   float* Sg = a.S + size_t(n) * kD * kD + c0;
-  float st[2][4];
-  each_acc(st, sr, sc, [&](int r, int col, float& v) {
+  float st[4][4];
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) {
     v = Sg[size_t(r) * kD + col];
     Ss[r * kVS + col] = tf32(v);
   });
   cp_async_wait<0>();
   __syncthreads();
-  const int mt = 16 * (w % 4), nb = w / 4;  // steps 1 and 2: token rows mt.., column tile nb
+  const int mt = 16 * (w % 4), nb = 2 * (w / 4);  // steps 1 and 2: token rows mt.., tiles nb, nb+1
   for (int c = 0; c < chunks; ++c) {
     const int L = min(kC, a.T - c * kC);
     const float gc = *reinterpret_cast<const float*>(chunk(c) + kG);
     // 1. V' = U - W S.
-    float acc[1][4] = {};
+    float acc[2][4] = {};
     tile_mma<kD / 8>(acc, Ws, kWS, mt, Ss, kVS, nb);
     each_acc(acc, mt, nb,
              [&](int r, int col, float& v) { Vp[r * kVS + col] = tf32(Us[r * kCols + col] - v); });
@@ -290,7 +317,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     if (c + 1 < chunks) load_wuk(c + 1);
     cp_async_commit();
     // 2. O = Q~ S + M V'.
-    float o[1][4] = {};
+    float o[2][4] = {};
     tile_mma<kD / 8>(o, Qs, kWS, mt, Ss, kVS, nb);
     tile_mma<kC / 8>(o, Ms, kMS, mt, Vp, kVS, nb);
     each_acc(o, mt, nb, [&](int r, int col, float& v) {
@@ -300,14 +327,14 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(DeltaArgs
     if (c + 1 < chunks) load_qm(c + 1);
     cp_async_commit();
     // 3. S = Gamma_C S + K~^T V' (A = K~^T, stored as K~).
-    each_acc(st, sr, sc, [&](int, int, float& v) { v *= gc; });
-    tile_mma<kC / 8, 2, true>(st, reinterpret_cast<const __half*>(Kb(c)), kWS, sr, Vp, kVS, sc);
+    each_acc(st, 16 * w, 0, [&](int, int, float& v) { v *= gc; });
+    tile_mma<kC / 8, 4, true>(st, reinterpret_cast<const __half*>(Kb(c)), kWS, 16 * w, Vp, kVS, 0);
     __syncthreads();  // every read of Ss and Vp is done
-    each_acc(st, sr, sc, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
+    each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Ss[r * kVS + col] = tf32(v); });
     cp_async_wait<0>();
     __syncthreads();
   }
-  each_acc(st, sr, sc, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
+  each_acc(st, 16 * w, 0, [&](int r, int col, float& v) { Sg[size_t(r) * kD + col] = v; });
 }
 
 }  // namespace
