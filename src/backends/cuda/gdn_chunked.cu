@@ -75,6 +75,8 @@ constexpr int kAS = 68;      // A: 16-byte row loads
 struct PrepSmem {
   float k[kC][kKS], q[kC][kKS], v[kC][kD];  // A and M reuse q once the Grams are done
   float gam[kC], beta[kC];
+  // Per row, once (were per element: ~10 instructions each): e^gam, e^(gam_C - gam), beta e^gam.
+  float eq[kC], ek[kC], bq[kC];
 };
 
 __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
@@ -112,6 +114,12 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
     s.gam[r] = x - g1, s.gam[r + 1] = x;
     s.beta[r] = r < L ? a.beta[size_t(t0 + r) * Hv + n] : 0.0f;
     s.beta[r + 1] = r + 1 < L ? a.beta[size_t(t0 + r + 1) * Hv + n] : 0.0f;
+    const float gl = __shfl_sync(kFull, x, 31);
+#pragma unroll
+    for (int i = r; i < r + 2; ++i) {
+      s.eq[i] = expf(s.gam[i]), s.ek[i] = expf(gl - s.gam[i]);
+      s.bq[i] = s.beta[i] * s.eq[i];
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -143,7 +151,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
   const float gl = s.gam[kC - 1];
   for (int i = 2 * tid; i < kC * kD; i += 2 * kPrepThreads) {
     const int r = i / kD, d = i % kD;
-    const float eq = expf(s.gam[r]), ek = expf(gl - s.gam[r]);
+    const float eq = s.eq[r], ek = s.ek[r];
     reinterpret_cast<__half2*>(oQ)[i / 2] = __floats2half2_rn(eq * s.q[r][d], eq * s.q[r][d + 1]);
     reinterpret_cast<__half2*>(oK)[i / 2] = __floats2half2_rn(ek * s.k[r][d], ek * s.k[r][d + 1]);
   }
@@ -166,7 +174,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
   float x[kC];
 #pragma unroll
   for (int r = 0; r < kC; ++r) {
-    float b = j < kD ? s.beta[r] * s.v[r][j] : s.beta[r] * expf(s.gam[r]) * s.k[r][j - kD];
+    float b = j < kD ? s.beta[r] * s.v[r][j] : s.bq[r] * s.k[r][j - kD];
     const float4* ar = reinterpret_cast<const float4*>(A + r * kAS);
 #pragma unroll
     for (int q4 = 0; q4 < r / 4 + 1; ++q4) {

@@ -59,44 +59,58 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a, int t
     }
   }
   const bool is_q = u < qk_units, is_k = !is_q && u < 2 * qk_units;
-  for (int t = t0; t < t1; ++t) {
-    float y[8] = {};
-    if (on) {
-      const float4* row = reinterpret_cast<const float4*>(a.proj + size_t(t) * a.ld + 8 * u);
-      const float4 p0 = row[0], p1 = row[1];
-      const float cur[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+  // Four tokens' inputs loaded at once, then used in turn (one token's loads
+  // at a time left the block waiting on each).
+  constexpr int kAhead = 4;
+  for (int tb = t0; tb < t1; tb += kAhead) {
+    float4 in[kAhead][2];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kMaxKernel; ++j)
-          if (j < a.kernel) acc += w[i][j] * (j == H ? cur[i] : win[j][i]);
-        y[i] = silu_exact(acc);
+    for (int i = 0; i < kAhead; ++i)
+      if (on && tb + i < t1) {
+        const float4* row = reinterpret_cast<const float4*>(a.proj + size_t(tb + i) * a.ld + 8 * u);
+        in[i][0] = row[0], in[i][1] = row[1];
       }
 #pragma unroll
-      for (int j = 0; j + 1 < kMaxKernel; ++j)  // the window moves a row
+    for (int i = 0; i < kAhead; ++i) {
+      const int t = tb + i;
+      if (t >= t1) break;
+      float y[8] = {};
+      if (on) {
+        const float4 p0 = in[i][0], p1 = in[i][1];
+        const float cur[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          if (j < H) win[j][i] = j + 1 == H ? cur[i] : win[j + 1][i];
+        for (int i = 0; i < 8; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kMaxKernel; ++j)
+            if (j < a.kernel) acc += w[i][j] * (j == H ? cur[i] : win[j][i]);
+          y[i] = silu_exact(acc);
+        }
+#pragma unroll
+        for (int j = 0; j + 1 < kMaxKernel; ++j)  // the window moves a row
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (j < H) win[j][i] = j + 1 == H ? cur[i] : win[j + 1][i];
+      }
+      // q and k heads: L2 norm over the head's 16 units (neighbouring threads).
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += y[i] * y[i];
+#pragma unroll
+      for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
+      if (!on) continue;
+      float* dst;
+      if (is_q || is_k) {
+        const float inv = (is_q ? rsqrtf(float(kD)) : 1.0f) / sqrtf(ss + 1e-6f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] *= inv;
+        dst = (is_q ? a.q : a.k) + size_t(t) * Hk * kD + 8 * (is_q ? u : u - qk_units);
+      } else {
+        dst = a.v + size_t(t) * Hv * kD + 8 * (u - 2 * qk_units);
+      }
+      reinterpret_cast<float4*>(dst)[0] = make_float4(y[0], y[1], y[2], y[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(y[4], y[5], y[6], y[7]);
     }
-    // q and k heads: L2 norm over the head's 16 units (neighbouring threads).
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += y[i] * y[i];
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(kFull, ss, o);
-    if (!on) continue;
-    float* dst;
-    if (is_q || is_k) {
-      const float inv = (is_q ? rsqrtf(float(kD)) : 1.0f) / sqrtf(ss + 1e-6f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] *= inv;
-      dst = (is_q ? a.q : a.k) + size_t(t) * Hk * kD + 8 * (is_q ? u : u - qk_units);
-    } else {
-      dst = a.v + size_t(t) * Hv * kD + 8 * (u - 2 * qk_units);
-    }
-    reinterpret_cast<float4*>(dst)[0] = make_float4(y[0], y[1], y[2], y[3]);
-    reinterpret_cast<float4*>(dst)[1] = make_float4(y[4], y[5], y[6], y[7]);
   }
   if (blockIdx.y == 0)
     for (int i = tid; i < (t1 - t0) * Hv; i += kPrepThreads) {
