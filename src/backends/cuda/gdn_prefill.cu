@@ -65,18 +65,18 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(GdnPrepArgs a, int t
   for (int tb = t0; tb < t1; tb += kAhead) {
     float4 in[kAhead][2];
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i)
-      if (on && tb + i < t1) {
-        const float4* row = reinterpret_cast<const float4*>(a.proj + size_t(tb + i) * a.ld + 8 * u);
-        in[i][0] = row[0], in[i][1] = row[1];
+    for (int k = 0; k < kAhead; ++k)
+      if (on && tb + k < t1) {
+        const float4* row = reinterpret_cast<const float4*>(a.proj + size_t(tb + k) * a.ld + 8 * u);
+        in[k][0] = row[0], in[k][1] = row[1];
       }
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) {
-      const int t = tb + i;
+    for (int k = 0; k < kAhead; ++k) {
+      const int t = tb + k;
       if (t >= t1) break;
       float y[8] = {};
       if (on) {
-        const float4 p0 = in[i][0], p1 = in[i][1];
+        const float4 p0 = in[k][0], p1 = in[k][1];
         const float cur[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
