@@ -149,13 +149,14 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(DeltaArgs a) {
     }
   }
   // Q~ and K~ out while q is still there, two columns a thread.
+  const float gl = s.gam[kC - 1];
   for (int i = 2 * tid; i < kC * kD; i += 2 * kPrepThreads) {
     const int r = i / kD, d = i % kD;
     const float eq = s.eq[r], ek = s.ek[r];
     reinterpret_cast<__half2*>(oQ)[i / 2] = __floats2half2_rn(eq * s.q[r][d], eq * s.q[r][d + 1]);
     reinterpret_cast<__half2*>(oK)[i / 2] = __floats2half2_rn(ek * s.k[r][d], ek * s.k[r][d + 1]);
   }
-  if (tid == 0) *reinterpret_cast<float*>(out + kG) = s.eq[kC - 1];  // Gamma_C
+  if (tid == 0) *reinterpret_cast<float*>(out + kG) = expf(gl);
   __syncthreads();
   float* A = &s.q[0][0];  // [kC][kAS]
 #pragma unroll
