@@ -421,8 +421,10 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--gdn-chunked-from", o->chunked_from,
                   "CUDA: chunk length from which GDN runs the chunked (WY) form, not the scan")
       ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--moe-bn", o->moe_bn, "CUDA: grouped MoE GEMM tile, 16/32/64/128 (0: auto)")
-      ->check(CLI::IsMember({0, 16, 32, 64, 128}));
+  cmd->add_option("--moe-bn", o->moe_bn,
+                  "CUDA: grouped MoE GEMM tile, 16/32/48/64/96/128 (0: auto; 48 and 96 with "
+                  "--moe-bm 128)")
+      ->check(CLI::IsMember({0, 16, 32, 48, 64, 96, 128}));
   cmd->add_option("--dense-bn", o->dense_bn, "CUDA: dense GEMM tile, 16/32/64/128 (0: auto)")
       ->check(CLI::IsMember({0, 16, 32, 64, 128}));
   cmd->add_option("--prefill-step-below", o->step_below,

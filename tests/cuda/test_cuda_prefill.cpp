@@ -75,11 +75,16 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
   const auto by_token = run(steps, {});
   expect_close(by_token, want, "token by token");
   EXPECT_LE(max_diff(at_once, by_token), 1e-3f * max_abs(want)) << "at once vs token by token";
-  for (const auto& [bn, bm] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{128, 256}}) {
+  struct Tiles {
+    int moe_bn, dense_bn, bm;
+  };
+  for (const Tiles& t : {Tiles{64, 64, 128}, Tiles{128, 128, 128}, Tiles{128, 128, 256},
+                         Tiles{96, 64, 128}, Tiles{48, 32, 128}}) {
     cuda::PrefillOptions tiles;
-    tiles.moe_bn = bn, tiles.dense_bn = bn, tiles.gemm_bm = bm, tiles.moe_bm = bm;
+    tiles.moe_bn = t.moe_bn, tiles.dense_bn = t.dense_bn, tiles.gemm_bm = t.bm, tiles.moe_bm = t.bm;
     expect_close(run(tiles, {}), want,
-                 "tiles of " + std::to_string(bm) + " x " + std::to_string(bn));
+                 "tiles of " + std::to_string(t.bm) + " x " + std::to_string(t.moe_bn) +
+                     " (MoE), x " + std::to_string(t.dense_bn) + " (dense)");
   }
 }
 
@@ -136,7 +141,9 @@ TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadCuts) {
   EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{9, 9}), Error);
   EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{501}), Error);
   EXPECT_THROW(gpu.set_prefill_options({.chunk = 0}), Error);
-  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 48}), Error);
+  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 40}), Error);
+  EXPECT_THROW(gpu.set_prefill_options({.dense_bn = 96}), Error);  // MoE tiles only
+  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 96, .moe_bm = 256}), Error);
 }
 
 }  // namespace

@@ -161,9 +161,16 @@ TEST(PrefillRouter, MatchesTheExactSum) {
     for (int T : Ts) {
       const auto x = randn(size_t(T) * K, g);
       auto dx = to_dev(x);
-      auto dl = to_dev(std::vector<float>(size_t(T) * rows, 0.0f));
-      ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, dl.get(), nullptr), cudaSuccess);
-      const auto got = to_host(dl.get(), size_t(T) * rows);
+      // In one part and in the parts the prefill would use (or 3), summed in order.
+      const int parts = std::max(3, cuda::router_parts(T, rows, K));
+      auto dl = to_dev(std::vector<float>(size_t(parts) * T * rows, NAN));
+      ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, 1, dl.get(), nullptr), cudaSuccess);
+      const auto one = to_host(dl.get(), size_t(T) * rows);
+      ASSERT_EQ(cuda::router_logits(W.dev, dx.get(), T, parts, dl.get(), nullptr), cudaSuccess);
+      auto got = to_host(dl.get(), size_t(parts) * T * rows);
+      for (int p = 1; p < parts; ++p)
+        for (size_t i = 0; i < size_t(T) * rows; ++i) got[i] += got[size_t(p) * T * rows + i];
+      double worst_one = 0.0;
       const size_t words = size_t(K) / 4, groups = size_t(K) / 64;
       double worst = 0.0;
       for (int t = 0; t < T; ++t)
@@ -178,9 +185,12 @@ TEST(PrefillRouter, MatchesTheExactSum) {
             mag += std::abs(xk) * (std::abs(sc) * std::abs(q - 128) + std::abs(bi + 128 * sc));
           }
           worst = std::max(worst, std::abs(got[size_t(t) * rows + r] - sum) / mag);
+          worst_one = std::max(worst_one, std::abs(one[size_t(t) * rows + r] - sum) / mag);
         }
-      EXPECT_LT(worst, 1e-5) << T << " tokens, K " << K;
-      std::printf("router %d tokens K %d: worst error %.2e of the magnitude\n", T, K, worst);
+      EXPECT_LT(worst_one, 1e-5) << T << " tokens, K " << K << ", one part";
+      EXPECT_LT(worst, 1e-5) << T << " tokens, K " << K << ", " << parts << " parts";
+      std::printf("router %d tokens K %d: worst error %.2e (one part), %.2e (%d parts)\n", T, K,
+                  worst_one, worst, parts);
     }
   }
 }
@@ -246,12 +256,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
                                            GemmCase{300, 2048, 90, true, 64, 256, O::store, true},
                                            GemmCase{100, 64, 29, false, 32, 128, O::add, true}));
 
-// The MoE of T tokens from given router logits: route_tokens, the grouped
+// The MoE of T tokens from given router logits in `parts` partial sums
+// ([parts][T][E + 1], as router_logits writes them): route_tokens, the grouped
 // gate/up (SwiGLU) and down (routing weights) GEMMs and the combine, against
-// cpu::route_token and the experts' rows on the CPU.
-void check_moe(const std::vector<float>& logits, int T, int E, int top_k, int D, int I, bool tiles,
-               int bn, int bm, std::mt19937& g) {
+// cpu::route_token (on the parts summed in order, as route_tokens sums them)
+// and the experts' rows on the CPU.
+void check_moe(const std::vector<float>& part_logits, int parts, int T, int E, int top_k, int D,
+               int I, bool tiles, int bn, int bm, std::mt19937& g) {
   const int K1 = top_k + 1, A = T * K1;
+  const size_t n = size_t(T) * (E + 1);
+  std::vector<float> logits(part_logits.begin(), part_logits.begin() + std::ptrdiff_t(n));
+  for (int p = 1; p < parts; ++p)
+    for (size_t i = 0; i < n; ++i) logits[i] += part_logits[size_t(p) * n + i];
   TestMat up((E + 1) * 2 * I, D, 4, g, 0.05f), down((E + 1) * D, I, 4, g, 0.05f);
   if (tiles) up.tile(I), down.tile();
   const auto x = randn(size_t(T) * D, g), h0 = randn(size_t(T) * D, g);
@@ -275,7 +291,7 @@ void check_moe(const std::vector<float>& logits, int T, int E, int top_k, int D,
     }
   }
   Staged s = stage_plain(x, T, D);
-  auto dl = to_dev(logits), dh = to_dev(h0);
+  auto dl = to_dev(part_logits), dh = to_dev(h0);
   auto counts = to_dev(std::vector<int>(size_t(E + 1), 0)),
        offsets = to_dev(std::vector<int>(size_t(E + 2), -1));
   auto cursor = to_dev(std::vector<int>(size_t(E + 1), -1)),
@@ -293,6 +309,7 @@ void check_moe(const std::vector<float>& logits, int T, int E, int top_k, int D,
                            .T = T,
                            .E = E,
                            .top_k = top_k,
+                           .parts = parts,
                            .counts = counts.get(),
                            .offsets = offsets.get(),
                            .cursor = cursor.get(),
@@ -352,6 +369,7 @@ struct MoeCase {
   int T, E, top_k, D, I;
   bool tiles;
   int bn, bm;
+  int parts = 1;  // the router's partial sums
 };
 class PrefillMoe : public ::testing::TestWithParam<MoeCase> {};
 
@@ -359,7 +377,9 @@ TEST_P(PrefillMoe, MatchesTheCpu) {
   TERN_REQUIRE_GPU();
   const MoeCase p = GetParam();
   std::mt19937 g(uint32_t(p.T * 3 + p.E + p.bn));
-  auto logits = randn(size_t(p.T) * (p.E + 1), g);
+  // Parts after the first: small terms, as the router's later K ranges may be.
+  auto logits = randn(size_t(p.parts) * p.T * (p.E + 1), g);
+  for (size_t i = size_t(p.T) * (p.E + 1); i < logits.size(); ++i) logits[i] *= 0.25f;
   const std::string r = p.routing;
   for (int t = 0; t < p.T; ++t) {
     float* l = &logits[size_t(t) * (p.E + 1)];
@@ -367,7 +387,7 @@ TEST_P(PrefillMoe, MatchesTheCpu) {
     if (r == "spread")                    // token t's first choice is expert t: one row an expert
       l[t % p.E] = 30.0f;
   }
-  check_moe(logits, p.T, p.E, p.top_k, p.D, p.I, p.tiles, p.bn, p.bm, g);
+  check_moe(logits, p.parts, p.T, p.E, p.top_k, p.D, p.I, p.tiles, p.bn, p.bm, g);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -384,7 +404,15 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"one expert", 40, 16, 4, 256, 128, true, 16, 256},
                       MoeCase{"spread", 16, 16, 1, 256, 128, true, 16, 128},
                       MoeCase{"random", 300, 16, 4, 256, 128, true, 32, 256},
-                      MoeCase{"random", 70, 16, 4, 128, 64, false, 16, 256}));
+                      MoeCase{"random", 70, 16, 4, 128, 64, false, 16, 256},
+                      MoeCase{"random", 256, 256, 8, 2048, 512, true, 16, 256, 7},
+                      MoeCase{"random", 1000, 64, 4, 256, 128, true, 96, 128},
+                      MoeCase{"one expert", 200, 16, 4, 256, 128, true, 96, 128},
+                      MoeCase{"random", 300, 16, 4, 128, 64, false, 96, 128},
+                      MoeCase{"random", 600, 64, 4, 256, 128, true, 48, 128},
+                      MoeCase{"spread", 16, 16, 1, 256, 128, true, 48, 128},
+                      MoeCase{"random", 70, 16, 4, 128, 64, false, 48, 128},
+                      MoeCase{"one expert", 40, 16, 4, 256, 128, true, 16, 256, 2}));
 
 }  // namespace
 }  // namespace tern::test

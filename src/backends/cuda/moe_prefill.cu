@@ -45,6 +45,9 @@ __device__ __forceinline__ uint32_t signed_codes(uint32_t w, int b) {
                 __uint_as_float(0x4B000000u | ((w >> (8 * b + 8)) & 0xFFu)) - m);
 }
 
+// Blocks along z take K in parts (a short chunk's blocks are few, and each
+// walks its groups one L2 round trip at a time): part z writes its partial
+// logits to logits + z T rows, and pick_kernel sums the parts in order.
 template <int kTok>
 __global__ void __launch_bounds__(kRThreads)
     router_kernel(DMat W, const float* a32, int T, float* logits) {
@@ -54,6 +57,9 @@ __global__ void __launch_bounds__(kRThreads)
   __shared__ float xsum[kTok];
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int K = W.cols, wpr = K / 4, gpr = K / kGroup, t0 = int(blockIdx.y) * kTok;
+  const int per = (gpr + int(gridDim.z) - 1) / int(gridDim.z), g0 = int(blockIdx.z) * per;
+  const int g1 = min(gpr, g0 + per);
+  logits += size_t(blockIdx.z) * T * W.rows;
   const int R0 = int(blockIdx.x) * kRRows + 16 * warp + g, R1 = R0 + 8;
   const bool busy = int(blockIdx.x) * kRRows + 16 * warp < W.rows;  // the warp has a row
   // Staging: thread tid takes token tid / kTpt, float4s kF4 (tid % kTpt).. of the group.
@@ -98,14 +104,14 @@ __global__ void __launch_bounds__(kRThreads)
   };
   auto sbw = [&](int R, int gi) { return R < W.rows ? W.sb[size_t(R) * gpr + gi] : 0u; };
   float acc[kN][4] = {};
-  uint4 c0 = codes(R0, 0), c1 = codes(R1, 0);
-  uint32_t sb0 = sbw(R0, 0), sb1 = sbw(R1, 0);
-  fetch(0);
-  for (int gi = 0; gi < gpr; ++gi) {
+  uint4 c0 = codes(R0, g0), c1 = codes(R1, g0);
+  uint32_t sb0 = sbw(R0, g0), sb1 = sbw(R1, g0);
+  if (g0 < g1) fetch(g0);
+  for (int gi = g0; gi < g1; ++gi) {
     __syncthreads();  // every warp is done with the last group's tiles
     stage();
     __syncthreads();
-    if (gi + 1 < gpr) fetch(gi + 1);
+    if (gi + 1 < g1) fetch(gi + 1);
     if (!busy) continue;
     uint32_t a[4][4];  // [step][fragment]
     const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(kRThreads)
     }
     const float s0 = sb_scale(sb0), s1 = sb_scale(sb1);
     const float o0 = fmaf(128.0f, s0, sb_bias(sb0)), o1 = fmaf(128.0f, s1, sb_bias(sb1));
-    if (gi + 1 < gpr) {  // the next group's weights load under this one's products
+    if (gi + 1 < g1) {  // the next group's weights load under this one's products
       c0 = codes(R0, gi + 1), c1 = codes(R1, gi + 1);
       sb0 = sbw(R0, gi + 1), sb1 = sbw(R1, gi + 1);
     }
@@ -162,8 +168,19 @@ __global__ void __launch_bounds__(kPickWarps * 32) pick_kernel(RouteArgs a) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int t = int(blockIdx.x) * kPickWarps + warp;
   if (t >= a.T) return;
+  const size_t part = size_t(a.T) * (a.E + 1);
   const float* row = a.logits + size_t(t) * (a.E + 1);
-  for (int e = lane; e < a.E; e += 32) l[warp][e] = row[e];
+  auto logit = [&](int e) {  // the router's K parts summed in order, loaded at once
+    float v[kRouterMaxParts];
+#pragma unroll
+    for (int p = 0; p < kRouterMaxParts; ++p) v[p] = p < a.parts ? row[p * part + e] : 0.0f;
+    float sum = v[0];
+#pragma unroll
+    for (int p = 1; p < kRouterMaxParts; ++p)
+      if (p < a.parts) sum += v[p];
+    return sum;
+  };
+  for (int e = lane; e < a.E; e += 32) l[warp][e] = logit(e);
   __syncwarp();
   const Choice c = pick_experts<N>(l[warp], a.E, a.top_k);
   const bool mine = lane < a.top_k;
@@ -175,7 +192,7 @@ __global__ void __launch_bounds__(kPickWarps * 32) pick_kernel(RouteArgs a) {
     a.wts[size_t(t) * (a.top_k + 1) + lane] = w;
     atomicAdd(a.counts + c.id, 1);
   }
-  if (lane == 0) a.wts[size_t(t) * (a.top_k + 1) + a.top_k] = 1.0f / (1.0f + expf(-row[a.E]));
+  if (lane == 0) a.wts[size_t(t) * (a.top_k + 1) + a.top_k] = 1.0f / (1.0f + expf(-logit(a.E)));
 }
 
 // One warp: offsets and tile counts by a warp scan (lane l takes groups
@@ -242,11 +259,24 @@ __global__ void combine_kernel(const float* y, const int* token_slot, int T, int
 
 }  // namespace
 
-cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st) {
-  if (W.bits != 8 || W.w == nullptr || W.cols % kGroup != 0) return cudaErrorInvalidValue;
+int router_parts(int T, int rows, int K) {
+  if (T <= 0 || T > kRouterPartTokens) return 1;
+  const int tok = T <= 1024 ? 16 : 32;
+  const int blocks = (rows + kRRows - 1) / kRRows * ((T + tok - 1) / tok);
+  // About four blocks an SM, each of at least four groups.
+  const int want = (4 * sm_count() + blocks - 1) / blocks;
+  return std::clamp(std::min({want, K / kGroup / 4, kRouterPartTokens / T}), 1, kRouterMaxParts);
+}
+
+cudaError_t router_logits(const DMat& W, const float* a32, int T, int parts, float* logits,
+                          cudaStream_t st) {
+  if (W.bits != 8 || W.w == nullptr || W.cols % kGroup != 0 || parts < 1 ||
+      parts > std::min(kRouterMaxParts, W.cols / kGroup))
+    return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
   auto blocks = [&](int rows, int tok) {
-    return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok));
+    return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok),
+                unsigned(parts));
   };
   if (T <= 1024)
     router_kernel<16><<<blocks(kRRows, 16), kRThreads, 0, st>>>(W, a32, T, logits);
@@ -260,7 +290,8 @@ int route_max_tiles(int T, int E, int top_k, int bn) {
 }
 
 cudaError_t route_tokens(const RouteArgs& a, cudaStream_t st) {
-  if (a.E < 1 || a.E > kMaxE || a.top_k < 1 || a.top_k > std::min(a.E, 32) || a.bn <= 0)
+  if (a.E < 1 || a.E > kMaxE || a.top_k < 1 || a.top_k > std::min(a.E, 32) || a.bn <= 0 ||
+      a.parts < 1 || a.parts > kRouterMaxParts)
     return cudaErrorInvalidValue;
   if (a.T <= 0) return cudaSuccess;
   const dim3 pick_grid((a.T + kPickWarps - 1) / kPickWarps);

@@ -67,9 +67,11 @@ class PhaseMarks {
 
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
   if (o.chunk < 1 || o.step_below < 1 || o.chunked_from < 1 ||
-      (o.moe_bn != 0 && !gemm_bn_valid(o.moe_bn)) ||
-      (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn)) || (o.gemm_bm != 128 && o.gemm_bm != 256) ||
-      (o.moe_bm != 0 && o.moe_bm != 128 && o.moe_bm != 256))
+      (o.moe_bn != 0 && !gemm_bn_valid(o.moe_bn, true)) ||
+      (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn, false)) ||
+      (o.gemm_bm != 128 && o.gemm_bm != 256) ||
+      (o.moe_bm != 0 && o.moe_bm != 128 && o.moe_bm != 256) ||
+      (grouped_only_bn(o.moe_bn) && o.moe_bm == 256))
     fail(
         "prefill options: chunk {}, step_below {}, chunked_from {}, moe_bn {}, dense_bn {}, "
         "gemm_bm {}, moe_bm {}",
@@ -125,7 +127,7 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
   }
   b->gemm_floats = gemm_work_floats();
   alloc(b->gemm_work, b->gemm_floats);
-  alloc(b->rlogits, t * (E + 1));
+  alloc(b->rlogits, router_logit_floats(int(t), E + 1));
   alloc(b->counts, E + 1);
   check(cudaMemsetAsync(b->counts, 0, (E + 1) * sizeof(int), stream_), "counts");
   alloc(b->offsets, E + 2);
@@ -213,15 +215,21 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                        : T <= 32           ? 32
                        : T <= 512          ? 64
                                            : 128;
-  // By the mean rows an expert (T top_k / E). On the wgmma GEMM, 87c4224's
-  // MoE GEMM ms at 2K / 4K: 256 rows by 32 slots 22.2 / -, by 128 - / 39.0; 128
-  // rows by 64 slots 20.6 / 34.7 (two blocks an SM; bench/results).
+  // By the mean rows an expert (T top_k / E), wide enough that most experts
+  // take one tile (each tile dequantises its weights once): 48 slots from 1K
+  // and 96 from 2K measured 31,451 against 30,706 (32) and 40,876 against
+  // 38,867 (64) tok/s, 96 also ahead at 4K and 8K (bench/results,
+  // prefill-moe-bn-*). Random routing spreads rows evenly; a real router's
+  // busy experts take more tiles.
   const int per_expert = T * c.top_k / E;
   const int moe_bn = popt_.moe_bn != 0  ? popt_.moe_bn
                      : per_expert <= 10 ? 16
-                     : per_expert <= 32 ? 32
-                                        : 64;
-  const int moe_bm = popt_.moe_bm != 0 ? popt_.moe_bm : moe_bn == 64 ? 128 : 256;
+                     : per_expert <= 24 ? 32
+                     : per_expert <= 40 ? 48
+                                        : 96;
+  const int moe_bm = popt_.moe_bm != 0                         ? popt_.moe_bm
+                     : moe_bn == 64 || grouped_only_bn(moe_bn) ? 128
+                                                               : 256;
   auto stage = [&](StageArgs a, PrefillPhase ph, const char* what) {
     a.out = b.x16, a.xscale = b.xscale, a.eps = c.rms_eps;
     check(stage_rows(a, st), "prefill staging");
@@ -321,12 +329,14 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
     // MoE: routing on the device, the grouped GEMMs over the upper bound of tiles.
     stage({.x = b.h, .T = T, .K = D, .mode = StageMode::norm, .norm = L.post_norm, .out32 = b.a32},
           PrefillPhase::other, "stage");
-    check(router_logits(L.router, b.a32, T, b.rlogits, st), "prefill router");
+    const int parts = router_parts(T, L.router.rows, L.router.cols);
+    check(router_logits(L.router, b.a32, T, parts, b.rlogits, st), "prefill router");
     mark(PrefillPhase::other, "router");
     const RouteArgs ra{.logits = b.rlogits,
                        .T = T,
                        .E = E,
                        .top_k = c.top_k,
+                       .parts = parts,
                        .counts = b.counts,
                        .offsets = b.offsets,
                        .cursor = b.cursor,

@@ -28,7 +28,7 @@ struct CudaBackend::PrefillBuffers {
   size_t flash_floats = 0;
   float* gemm_work = nullptr;  // dense GEMMs' split-K parts (gemm_work_floats)
   size_t gemm_floats = 0;
-  float* rlogits = nullptr;  // [T][E + 1]
+  float* rlogits = nullptr;  // [parts][T][E + 1] (router_logit_floats)
   int *counts = nullptr, *offsets = nullptr, *cursor = nullptr, *ids = nullptr;
   float* wts = nullptr;
   int *slot_row = nullptr, *token_slot = nullptr, *map_count = nullptr;

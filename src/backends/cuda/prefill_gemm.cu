@@ -43,9 +43,10 @@ template <int BM, int BN>
 struct Cfg {
   static constexpr int kTilesM = BM / 16, kTPW = kTilesM / 8;  // tiles a block, a warp
   static constexpr int kABytes = kTilesM * kImg;               // a multiple of 1,024
-  static constexpr int kStages = 4;
+  // Three stages for 96 slots (two blocks an SM fit then), else four.
+  static constexpr int kStages = BN == 96 ? 3 : 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
-  static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN == 64) ? 2 : 1;
+  static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN <= 96) ? 2 : 1;
   // + 1,024: the stages' B atoms must be 1,024-aligned (the swizzle is by address).
   static constexpr size_t kSmem =
       1024 + size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
@@ -202,6 +203,9 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
       const int slot = b.row0 + j, xr = a.xrow != nullptr ? a.xrow[slot] : slot;
       row = a.x + size_t(xr) * K;
       if (a.xscale != nullptr) sc = a.xscale[xr];
+      // The routing weight folds into the slot's factor: the epilogue then
+      // reads no global memory behind its own stores.
+      if constexpr (OUT == GemmOut::weighted) sc *= a.row_w[slot];
     }
     brow[j] = row, bscale[j] = sc;
   }
@@ -214,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
   const int all_rounds = (K + kTileRound - 1) / kTileRound, split = int(gridDim.z);
   const int per = (all_rounds + split - 1) / split, rb = int(blockIdx.z) * per;
   const int rounds = max(0, min(all_rounds, rb + per) - rb);
-  // Rounds r + 1..r + 3 in flight while round r is computed: the stage round
-  // r + 3 goes to was last read in round r - 1, whose wgmmas every thread has
-  // waited for before the barrier of round r.
+  // Rounds r + 1..r + S - 1 in flight while round r is computed (S stages):
+  // the stage round r + S - 1 goes to was last read in round r - 1, whose
+  // wgmmas every thread has waited for before the barrier of round r.
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < rounds) ld.load(a, smem + s * C::kStage, rb + s, arow);
@@ -317,19 +321,21 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
             a.act[size_t(slot) * I + staged_col(f, I)] = __half_as_ushort(__float2half_rn(y));
           }
         } else {
-          const float wgt = OUT == GemmOut::weighted ? a.row_w[slot] : 1.0f;
+          // Adds by reductions (red.global.add, one a element, so still exact
+          // and deterministic): a load of y behind each earlier store (they may
+          // alias) cost a round trip apiece, ~40% of an out_proj (ncu at 2K).
           float* y = a.y + size_t(slot) * a.ldy;
           if (m < a.group_rows) {
             if constexpr (OUT == GemmOut::add)
-              y[m] += v0;
+              atomicAdd(y + m, v0);
             else
-              y[m] = v0 * wgt;
+              y[m] = v0;
           }
           if (m + 8 < a.group_rows) {
             if constexpr (OUT == GemmOut::add)
-              y[m + 8] += v8;
+              atomicAdd(y + m + 8, v8);
             else
-              y[m + 8] = v8 * wgt;
+              y[m + 8] = v8;
           }
         }
       }
@@ -380,11 +386,14 @@ cudaError_t launch(const GemmArgs& a, cudaStream_t st) {
 
 template <int BM, int BN, bool kTiled>
 cudaError_t launch_out(const GemmArgs& a, cudaStream_t st) {
+  constexpr bool kDense = !grouped_only_bn(BN);  // the MoE's widths: its two outputs only
   switch (a.out) {
     case GemmOut::store:
-      return launch<BM, BN, GemmOut::store, kTiled>(a, st);
+      if constexpr (kDense) return launch<BM, BN, GemmOut::store, kTiled>(a, st);
+      break;
     case GemmOut::add:
-      return launch<BM, BN, GemmOut::add, kTiled>(a, st);
+      if constexpr (kDense) return launch<BM, BN, GemmOut::add, kTiled>(a, st);
+      break;
     case GemmOut::swiglu:
       return launch<BM, BN, GemmOut::swiglu, kTiled>(a, st);
     case GemmOut::weighted:
@@ -400,11 +409,18 @@ cudaError_t launch_bn(const GemmArgs& a, cudaStream_t st) {
       return launch_out<BM, 16, kTiled>(a, st);
     case 32:
       return launch_out<BM, 32, kTiled>(a, st);
+    case 48:
+      if constexpr (BM == 128) return launch_out<BM, 48, kTiled>(a, st);
+      break;
     case 64:
       return launch_out<BM, 64, kTiled>(a, st);
-    default:
+    case 96:
+      if constexpr (BM == 128) return launch_out<BM, 96, kTiled>(a, st);
+      break;
+    case 128:
       return launch_out<BM, 128, kTiled>(a, st);
   }
+  return cudaErrorInvalidValue;
 }
 
 template <bool kTiled>
@@ -434,7 +450,9 @@ cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st) {
   if (a.out != GemmOut::swiglu && a.y == nullptr) return cudaErrorInvalidValue;
   if (a.out == GemmOut::weighted && a.row_w == nullptr) return cudaErrorInvalidValue;
   if (a.map == nullptr && a.n <= 0) return cudaSuccess;
-  if ((a.bm != 128 && a.bm != 256) || !gemm_bn_valid(a.bn)) return cudaErrorInvalidValue;
+  if ((a.bm != 128 && a.bm != 256) || !gemm_bn_valid(a.bn, a.map != nullptr) ||
+      (grouped_only_bn(a.bn) && a.bm != 128))
+    return cudaErrorInvalidValue;
   return a.W.tiles != nullptr ? launch_shape<true>(a, st) : launch_shape<false>(a, st);
 }
 

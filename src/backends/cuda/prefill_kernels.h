@@ -95,7 +95,7 @@ struct GemmArgs {
   int ldy = 0;
   uint16_t* act = nullptr;       // swiglu: [slots][group_rows / 2] staged fp16 (no row scale)
   const float* row_w = nullptr;  // weighted: per slot
-  int bn = 128;                  // 16, 32, 64 or 128 staged rows a block
+  int bn = 128;                  // staged rows a block (gemm_bn_valid)
   int bm = 256;                  // 128 or 256 weight rows a block
   // Dense store/add GEMMs of few blocks split K into parts summed in order
   // here (null: never split): S parts take S n group_rows floats.
@@ -104,8 +104,14 @@ struct GemmArgs {
 };
 // A work area that takes the splits of any dense GEMM with tiles up to 64 wide.
 size_t gemm_work_floats();
-constexpr bool gemm_bn_valid(int bn) {
-  return bn == 16 || bn == 32 || bn == 64 || bn == 128;
+// Slots a tile: 16, 32, 64 or 128; grouped GEMMs (the MoE's tile map) also
+// 48 and 96 (with bm 128), widths that hold an expert's rows in one tile at
+// 1K and 2K prompts.
+constexpr bool grouped_only_bn(int bn) {
+  return bn == 48 || bn == 96;
+}
+constexpr bool gemm_bn_valid(int bn, bool grouped) {
+  return bn == 16 || bn == 32 || bn == 64 || bn == 128 || (grouped && grouped_only_bn(bn));
 }
 cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st);
 // Whether prefill_gemm takes W (4-bit, columns a multiple of 64; either layout).
@@ -114,16 +120,26 @@ bool prefill_gemm_takes(const DMat& W);
 // --- MoE routing and combine (moe_prefill.cu) --------------------------------
 // Router logits of T rows: logits[t][r] = a32[t] . W[r] (8-bit MLX layout,
 // near-fp32 tensor-core sums, moe_prefill.cu), r < W.rows (the experts, then the shared expert's
-// gate).
-cudaError_t router_logits(const DMat& W, const float* a32, int T, float* logits, cudaStream_t st);
+// gate), in `parts` partial sums over K ranges: logits[p][t][r], summed in
+// order by route_tokens (RouteArgs::parts).
+cudaError_t router_logits(const DMat& W, const float* a32, int T, int parts, float* logits,
+                          cudaStream_t st);
+// The parts for T tokens: more than one only for short chunks (their blocks
+// would leave SMs idle), and then parts T <= kRouterPartTokens.
+constexpr int kRouterPartTokens = 2048, kRouterMaxParts = 8;
+int router_parts(int T, int rows, int K);
+// Floats router_logits writes for chunks of up to T tokens.
+inline size_t router_logit_floats(int T, int rows) {
+  return size_t(rows) * size_t(T > kRouterPartTokens ? T : kRouterPartTokens);
+}
 
 // The routing of T tokens from their router logits ([T][E + 1]): top_k experts
 // (ties to the lower id), weights renormalised over them, sigmoid of the
 // shared gate; then the rows of each expert gathered in expert order (the
 // shared expert E takes every token, last): A = T (top_k + 1) slots.
 struct RouteArgs {
-  const float* logits = nullptr;
-  int T = 0, E = 0, top_k = 0;
+  const float* logits = nullptr;  // [parts][T][E + 1]
+  int T = 0, E = 0, top_k = 0, parts = 1;
   int* counts = nullptr;      // [E + 1] scratch, zero before the first call (left zero)
   int* offsets = nullptr;     // [E + 2] scratch: each group's first slot, then A
   int* cursor = nullptr;      // [E + 1] scratch
