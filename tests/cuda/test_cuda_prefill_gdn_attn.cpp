@@ -34,12 +34,12 @@ void report(const char* what, float diff, float scale) {
               scale, double(diff / scale));
 }
 
-class PrefillGdnPrep : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+// (Hk, Hv, T, conv kernel): kernel 4 (the model's) takes the 16-byte weight loads.
+class PrefillGdnPrep : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
 
 TEST_P(PrefillGdnPrep, MatchesTheCpu) {
   TERN_REQUIRE_GPU();
-  const auto [Hk, Hv, T] = GetParam();
-  constexpr int Kc = 4;
+  const auto [Hk, Hv, T, Kc] = GetParam();
   std::mt19937 g(uint32_t(Hk + 7 * T));
   const int C = 2 * Hk * kD + Hv * kD, ld = C + Hv * kD + 2 * Hv + 4;  // rows 16-byte aligned
   const auto proj = randn(size_t(T) * ld, g), w = randn(size_t(C) * Kc, g, 0.5f);
@@ -106,8 +106,9 @@ TEST_P(PrefillGdnPrep, MatchesTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnPrep,
-                         ::testing::Values(std::tuple{2, 4, 1}, std::tuple{2, 4, 2},
-                                           std::tuple{16, 32, 70}, std::tuple{16, 32, 3}));
+                         ::testing::Values(std::tuple{2, 4, 1, 4}, std::tuple{2, 4, 2, 4},
+                                           std::tuple{16, 32, 70, 4}, std::tuple{16, 32, 3, 4},
+                                           std::tuple{2, 4, 9, 3}, std::tuple{2, 4, 5, 2}));
 
 // The delta rule over T tokens in calls of `calls` tokens each.
 struct DeltaCase {
@@ -267,7 +268,7 @@ TEST_P(PrefillFlash, MatchesDoublePrecision) {
   constexpr int hd = 256;
   const int n = p.pos0 + p.T, cap = (n + 15) / 16 * 16 + 16, G = p.H / p.KV;
   std::mt19937 g(uint32_t(p.T * 11 + p.pos0 + p.H));
-  std::vector<uint16_t> kc(size_t(p.KV) * cap * hd, 0), vc(kc.size(), 0);
+  std::vector<uint16_t> kc(size_t(p.KV) * cap * hd), vc(kc.size());  // zeros
   std::vector<float> K(size_t(p.KV) * n * hd), V(K.size());
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int h = 0; h < p.KV; ++h)
