@@ -51,8 +51,8 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
   std::printf("bf16 matrix rate (cuBLAS 8192^3, this run): %.0f TFLOP/s%s\n", rate / 1e12,
               rate > 0 ? "" : " (no cuBLAS found: fractions left out)");
   std::printf(
-      "prefill chunk %d tokens, GDN chunked form from %d tokens, dense GEMM tiles of %d rows\n",
-      po.chunk, po.chunked_from, po.gemm_bm);
+      "prefill chunk %d tokens, GDN chunked form from %d tokens, dense GEMM tiles of %s rows\n",
+      po.chunk, po.chunked_from, po.gemm_bm != 0 ? std::to_string(po.gemm_bm).c_str() : "auto");
   std::printf("%9s %10s %10s %10s %9s %8s %10s\n", "prompt", "tok/s", "ms", "TFLOP", "TFLOP/s",
               "of bf16", "mem GB");
   nlohmann::json rows = nlohmann::json::array();

@@ -430,8 +430,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--prefill-step-below", o->step_below,
                   "CUDA: calls of fewer tokens run the decode step token by token")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--gemm-bm", o->gemm_bm, "CUDA: dense GEMM weight rows a tile, 128 or 256")
-      ->check(CLI::IsMember({128, 256}));
+  cmd->add_option("--gemm-bm", o->gemm_bm,
+                  "CUDA: dense GEMM weight rows a tile, 128 or 256 (0: auto)")
+      ->check(CLI::IsMember({0, 128, 256}));
   cmd->add_option("--moe-bm", o->moe_bm,
                   "CUDA: grouped MoE GEMM weight rows a tile, 128 or 256 (0: auto)")
       ->check(CLI::IsMember({0, 128, 256}));

@@ -69,7 +69,7 @@ void CudaBackend::set_prefill_options(const PrefillOptions& o) {
   if (o.chunk < 1 || o.step_below < 1 || o.chunked_from < 1 ||
       (o.moe_bn != 0 && !gemm_bn_valid(o.moe_bn, true)) ||
       (o.dense_bn != 0 && !gemm_bn_valid(o.dense_bn, false)) ||
-      (o.gemm_bm != 128 && o.gemm_bm != 256) ||
+      (o.gemm_bm != 0 && o.gemm_bm != 128 && o.gemm_bm != 256) ||
       (o.moe_bm != 0 && o.moe_bm != 128 && o.moe_bm != 256) ||
       (grouped_only_bn(o.moe_bn) && o.moe_bm == 256))
     fail(
@@ -215,12 +215,16 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
                        : T <= 32           ? 32
                        : T <= 512          ? 64
                                            : 128;
+  // 128 weight rows at 64 slots (33 to 512 tokens): the dense GEMMs of a
+  // 256- / 512-token prompt took 2.9 / 4.6 ms against 3.4 / 5.1 with 256 rows
+  // (bench/results/prefill-tiles-*); 256 rows past that (2K: 14.7 against 16.7).
+  const int dense_bm = popt_.gemm_bm != 0 ? popt_.gemm_bm : dense_bn == 64 ? 128 : 256;
   // By the mean rows an expert (T top_k / E), wide enough that most experts
   // take one tile (each tile dequantises its weights once): 48 slots from 1K
   // and 96 from 2K measured 31,451 against 30,706 (32) and 40,876 against
-  // 38,867 (64) tok/s, 96 also ahead at 4K and 8K (bench/results,
-  // prefill-moe-bn-*). Random routing spreads rows evenly; a real router's
-  // busy experts take more tiles.
+  // 38,867 (64) tok/s, 96 also ahead from 4K to 32K (bench/results/
+  // prefill-ab-bb04154-h100.txt). Random routing spreads rows evenly; a real
+  // router's busy experts take more tiles.
   const int per_expert = T * c.top_k / E;
   const int moe_bn = popt_.moe_bn != 0  ? popt_.moe_bn
                      : per_expert <= 10 ? 16
@@ -238,7 +242,7 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
   auto dense = [&](const DMat& M, GemmOut out, float* y, int ldy, const char* what) {
     GemmArgs g;
     g.W = M, g.group_rows = M.rows, g.x = b.x16, g.xscale = b.xscale, g.n = T, g.out = out;
-    g.y = y, g.ldy = ldy, g.bn = dense_bn, g.bm = popt_.gemm_bm;
+    g.y = y, g.ldy = ldy, g.bn = dense_bn, g.bm = dense_bm;
     g.work = b.gemm_work, g.work_floats = b.gemm_floats;
     check(prefill_gemm(g, st), "prefill dense GEMM");
     mark(PrefillPhase::dense_gemm, what);
@@ -392,7 +396,7 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
     GemmArgs g;
     g.W = W.lm_head, g.group_rows = W.lm_head.rows, g.x = b.x16, g.xscale = b.xscale, g.n = n;
     g.out = GemmOut::store, g.y = b.lbuf, g.ldy = c.vocab, g.bn = n <= 64 ? 64 : 128;
-    g.bm = popt_.gemm_bm;
+    g.bm = popt_.gemm_bm != 0 ? popt_.gemm_bm : 256;
     check(prefill_gemm(g, st), "prefill lm_head");
     check(cudaMemcpyAsync(logits + size_t(r0) * V, b.lbuf, size_t(n) * V * sizeof(float),
                           cudaMemcpyDeviceToHost, st),

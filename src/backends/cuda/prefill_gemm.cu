@@ -46,13 +46,7 @@ struct Cfg {
   // Three stages for 96 slots (two blocks an SM fit then), else four.
   static constexpr int kStages = BN == 96 ? 3 : 4;
   static constexpr int kStage = kABytes + BN * kRowBytes;
-  // Blocks an SM (the launch bound caps registers to fit them): narrow tiles
-  // of 128 rows are streams of weights, bound by the bytes in flight, so as
-  // many as shared memory holds (67 and 78 registers uncapped).
-  static constexpr int kMinBlocks = BM == 128 && BN == 16                 ? 4
-                                    : BM == 128 && BN == 32               ? 3
-                                    : BN <= 32 || (BM == 128 && BN <= 96) ? 2
-                                                                          : 1;
+  static constexpr int kMinBlocks = BN <= 32 || (BM == 128 && BN <= 96) ? 2 : 1;
   // + 1,024: the stages' B atoms must be 1,024-aligned (the swizzle is by address).
   static constexpr size_t kSmem =
       1024 + size_t(kStages) * kStage + BN * (sizeof(void*) + sizeof(float)) + BM * sizeof(int);
