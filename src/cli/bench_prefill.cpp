@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "cli/bench_timing.h"
 #include "cli/plot.h"
@@ -50,9 +51,10 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
   const cuda::PrefillOptions& po = be.prefill_options();
   std::printf("bf16 matrix rate (cuBLAS 8192^3, this run): %.0f TFLOP/s%s\n", rate / 1e12,
               rate > 0 ? "" : " (no cuBLAS found: fractions left out)");
-  std::printf(
-      "prefill chunk %d tokens, GDN chunked form from %d tokens, dense GEMM tiles of %s rows\n",
-      po.chunk, po.chunked_from, po.gemm_bm != 0 ? std::to_string(po.gemm_bm).c_str() : "auto");
+  std::printf("prefill chunk %d tokens, GDN chunked form from %d tokens, dense GEMM tiles of %s\n",
+              po.chunk, po.chunked_from,
+              po.gemm_bm != 0 ? (std::to_string(po.gemm_bm) + " rows").c_str()
+                              : "128 rows at 64 slots, else 256");
   std::printf("%9s %10s %10s %10s %9s %8s %10s\n", "prompt", "tok/s", "ms", "TFLOP", "TFLOP/s",
               "of bf16", "mem GB");
   nlohmann::json rows = nlohmann::json::array();
