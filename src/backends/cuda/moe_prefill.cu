@@ -157,6 +157,17 @@ __global__ void __launch_bounds__(kRThreads)
     }
 }
 
+// Tokens a router block (16 to 1K tokens, else 32), and the grid: row blocks
+// by token blocks by K parts.
+int router_tokens(int T) {
+  return T <= 1024 ? 16 : 32;
+}
+dim3 router_grid(int rows, int T, int parts) {
+  const int tok = router_tokens(T);
+  return dim3(unsigned((rows + kRRows - 1) / kRRows), unsigned((T + tok - 1) / tok),
+              unsigned(parts));
+}
+
 constexpr int kPickWarps = 8, kMaxE = 1024;
 
 // A warp a token: the choice (pick.cuh, ties to the lower id), the weights
@@ -261,8 +272,8 @@ __global__ void combine_kernel(const float* y, const int* token_slot, int T, int
 
 int router_parts(int T, int rows, int K) {
   if (T <= 0 || T > kRouterPartTokens) return 1;
-  const int tok = T <= 1024 ? 16 : 32;
-  const int blocks = (rows + kRRows - 1) / kRRows * ((T + tok - 1) / tok);
+  const dim3 g = router_grid(rows, T, 1);
+  const int blocks = int(g.x * g.y);
   // About four blocks an SM, each of at least four groups.
   const int want = (4 * sm_count() + blocks - 1) / blocks;
   return std::clamp(std::min({want, K / kGroup / 4, kRouterPartTokens / T}), 1, kRouterMaxParts);
@@ -274,14 +285,11 @@ cudaError_t router_logits(const DMat& W, const float* a32, int T, int parts, flo
       parts > std::min(kRouterMaxParts, W.cols / kGroup))
     return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
-  auto blocks = [&](int rows, int tok) {
-    return dim3(unsigned((W.rows + rows - 1) / rows), unsigned((T + tok - 1) / tok),
-                unsigned(parts));
-  };
-  if (T <= 1024)
-    router_kernel<16><<<blocks(kRRows, 16), kRThreads, 0, st>>>(W, a32, T, logits);
+  const dim3 grid = router_grid(W.rows, T, parts);
+  if (router_tokens(T) == 16)
+    router_kernel<16><<<grid, kRThreads, 0, st>>>(W, a32, T, logits);
   else
-    router_kernel<32><<<blocks(kRRows, 32), kRThreads, 0, st>>>(W, a32, T, logits);
+    router_kernel<32><<<grid, kRThreads, 0, st>>>(W, a32, T, logits);
   return cudaGetLastError();
 }
 
