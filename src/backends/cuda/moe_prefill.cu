@@ -9,6 +9,7 @@
 // Shapes: T tokens, E experts plus the shared one (group E, every token), A =
 // T (top_k + 1) slots.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -251,20 +252,27 @@ __global__ void scatter_kernel(RouteArgs a) {
   a.token_slot[i] = slot;
 }
 
-__global__ void combine_kernel(const float* y, const int* token_slot, int T, int slots, int D,
+// h[t] += the token's slot rows (fp16), summed in slot order: 8 columns a thread.
+__global__ void combine_kernel(const uint16_t* y16, const int* token_slot, int T, int slots, int D,
                                float* h) {
   const int t = int(blockIdx.x);
   const int* ts = token_slot + size_t(t) * slots;
-  for (int d = int(threadIdx.x) * 4; d < D; d += int(blockDim.x) * 4) {
-    float4 s = make_float4(0, 0, 0, 0);
+  for (int d = int(threadIdx.x) * 8; d < D; d += int(blockDim.x) * 8) {
+    float s[8] = {};
     for (int k = 0; k < slots; ++k) {
-      const float4 v = *reinterpret_cast<const float4*>(y + size_t(ts[k]) * D + d);
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      const uint4 v = *reinterpret_cast<const uint4*>(y16 + size_t(ts[k]) * D + d);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+        s[2 * j] += f.x, s[2 * j + 1] += f.y;
+      }
     }
     float4* o = reinterpret_cast<float4*>(h + size_t(t) * D + d);
-    float4 hv = *o;
-    hv.x += s.x, hv.y += s.y, hv.z += s.z, hv.w += s.w;
-    *o = hv;
+    float4 a = o[0], b = o[1];
+    a.x += s[0], a.y += s[1], a.z += s[2], a.w += s[3];
+    b.x += s[4], b.y += s[5], b.z += s[6], b.w += s[7];
+    o[0] = a, o[1] = b;
   }
 }
 
@@ -315,11 +323,11 @@ cudaError_t route_tokens(const RouteArgs& a, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-cudaError_t moe_combine(const float* y, const int* token_slot, int T, int slots, int D, float* h,
-                        cudaStream_t st) {
-  if (D % 4 != 0) return cudaErrorInvalidValue;
+cudaError_t moe_combine(const uint16_t* y16, const int* token_slot, int T, int slots, int D,
+                        float* h, cudaStream_t st) {
+  if (D % 8 != 0) return cudaErrorInvalidValue;
   if (T <= 0) return cudaSuccess;
-  combine_kernel<<<T, 256, 0, st>>>(y, token_slot, T, slots, D, h);
+  combine_kernel<<<T, 256, 0, st>>>(y16, token_slot, T, slots, D, h);
   return cudaGetLastError();
 }
 

@@ -141,7 +141,7 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
   alloc(b->map, size_t(b->tile_cap));
   alloc(b->map_count, 1);
   alloc(b->act, A * I);
-  alloc(b->y, A * D);
+  alloc(b->y16, A * D);
   alloc(b->lbuf, size_t(PrefillBuffers::kLogitRows) * size_t(c.vocab));
   pf_ = std::move(b);
   return *pf_;
@@ -365,11 +365,11 @@ void CudaBackend::run_chunk(CudaSequence& s, const int* tokens_dev, int T, Logit
     GemmArgs down;
     down.W = L.down, down.group_rows = D, down.x = b.act, down.map = b.map;
     down.map_count = b.map_count, down.max_tiles = tiles, down.out = GemmOut::weighted;
-    down.y = b.y, down.ldy = D, down.row_w = b.slot_w, down.bn = moe_bn;
+    down.y16 = b.y16, down.ldy = D, down.row_w = b.slot_w, down.bn = moe_bn;
     down.bm = moe_bm;
     check(prefill_gemm(down, st), "prefill experts down");
     mark(PrefillPhase::moe_gemm, "down");
-    check(moe_combine(b.y, b.token_slot, T, K1, D, b.h, st), "prefill combine");
+    check(moe_combine(b.y16, b.token_slot, T, K1, D, b.h, st), "prefill combine");
     mark(PrefillPhase::other, "combine");
   }
   s.length_ += T;

@@ -35,7 +35,7 @@ struct CudaBackend::PrefillBuffers {
   float* slot_w = nullptr;
   GemmTile* map = nullptr;
   uint16_t* act = nullptr;  // [A][I] staged SwiGLU output
-  float* y = nullptr;       // [A][D] expert outputs by slot
+  uint16_t* y16 = nullptr;  // [A][D] expert outputs by slot, fp16
   float* lbuf = nullptr;    // [kLogitRows][V] all-token logits, a piece at a time
   int* tokens = nullptr;    // [capacity] the call's tokens
   int64_t token_cap = 0;

@@ -62,6 +62,11 @@ __device__ __forceinline__ uint4 lds128_whole(const void* p) {
   return v;
 }
 
+// v as fp16 bits, clamped to the finite range.
+__device__ __forceinline__ uint16_t f16_bits(float v) {
+  return __half_as_ushort(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)));
+}
+
 // Where a block's weight rows and slots come from (set up once a block).
 struct Block {
   int group, row0, rows, m0;
@@ -316,10 +321,11 @@ __global__ void __launch_bounds__(kThreads, (Cfg<BM, BN>::kMinBlocks)) gemm_kern
         }
         if constexpr (OUT == GemmOut::swiglu) {
           const int f = m16 / 2 + g, I = a.group_rows / 2;
-          if (f < I) {
-            const float y = fminf(fmaxf(siluf(v0) * v8, -65504.0f), 65504.0f);
-            a.act[size_t(slot) * I + staged_col(f, I)] = __half_as_ushort(__float2half_rn(y));
-          }
+          if (f < I) a.act[size_t(slot) * I + staged_col(f, I)] = f16_bits(siluf(v0) * v8);
+        } else if constexpr (OUT == GemmOut::weighted) {
+          uint16_t* y = a.y16 + size_t(slot) * a.ldy;
+          if (m < a.group_rows) y[m] = f16_bits(v0);
+          if (m + 8 < a.group_rows) y[m + 8] = f16_bits(v8);
         } else {
           // Adds by reductions (red.global.add, one a element, so still exact
           // and deterministic): a load of y behind each earlier store (they may
@@ -447,8 +453,10 @@ cudaError_t prefill_gemm(const GemmArgs& a, cudaStream_t st) {
     return cudaErrorInvalidValue;
   if (a.out == GemmOut::swiglu && (a.act == nullptr || a.group_rows % 16 != 0))
     return cudaErrorInvalidValue;
-  if (a.out != GemmOut::swiglu && a.y == nullptr) return cudaErrorInvalidValue;
-  if (a.out == GemmOut::weighted && a.row_w == nullptr) return cudaErrorInvalidValue;
+  if ((a.out == GemmOut::store || a.out == GemmOut::add) && a.y == nullptr)
+    return cudaErrorInvalidValue;
+  if (a.out == GemmOut::weighted && (a.y16 == nullptr || a.row_w == nullptr))
+    return cudaErrorInvalidValue;
   if (a.map == nullptr && a.n <= 0) return cudaSuccess;
   if ((a.bm != 128 && a.bm != 256) || !gemm_bn_valid(a.bn, a.map != nullptr) ||
       (grouped_only_bn(a.bn) && a.bm != 128))

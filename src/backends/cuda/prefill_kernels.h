@@ -71,7 +71,7 @@ enum class GemmOut {
   store,    // y[slot * ldy + m] = v
   add,      // y[slot * ldy + m] += v
   swiglu,   // gate/up pairs (kernels.h's to_tiles pairs): act[slot][staged f] = fp16(silu(g) u)
-  weighted  // y[slot * ldy + m] = v * row_w[slot]
+  weighted  // y16[slot * ldy + m] = fp16(v * row_w[slot])
 };
 // One N-tile of a grouped GEMM: rows [row0, row0 + rows) of the sorted
 // activations, all of group `group`.
@@ -93,7 +93,10 @@ struct GemmArgs {
   GemmOut out = GemmOut::store;
   float* y = nullptr;
   int ldy = 0;
-  uint16_t* act = nullptr;       // swiglu: [slots][group_rows / 2] staged fp16 (no row scale)
+  uint16_t* act = nullptr;  // swiglu: [slots][group_rows / 2] staged fp16 (no row scale)
+  // weighted: [slots][ldy] fp16 (half the bytes of fp32 written by the down
+  // projection and read back by moe_combine, nine rows a token).
+  uint16_t* y16 = nullptr;
   const float* row_w = nullptr;  // weighted: per slot
   int bn = 128;                  // staged rows a block (gemm_bn_valid)
   int bm = 256;                  // 128 or 256 weight rows a block
@@ -156,9 +159,10 @@ struct RouteArgs {
 int route_max_tiles(int T, int E, int top_k, int bn);
 cudaError_t route_tokens(const RouteArgs& a, cudaStream_t st);
 
-// h[t][d] += sum over the token's slots (choice order, shared last) of y[slot][d].
-cudaError_t moe_combine(const float* y, const int* token_slot, int T, int slots, int D, float* h,
-                        cudaStream_t st);
+// h[t][d] += sum over the token's slots (choice order, shared last) of y16[slot][d]
+// (fp16; D a multiple of 8).
+cudaError_t moe_combine(const uint16_t* y16, const int* token_slot, int T, int slots, int D,
+                        float* h, cudaStream_t st);
 
 // --- Gated DeltaNet (gdn_prefill.cu, gdn_chunked.cu) --------------------------
 // The token-parallel part after the in-projection: the causal conv over the
