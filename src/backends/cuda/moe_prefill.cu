@@ -16,6 +16,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pick.cuh"
 #include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/prefill_mma.cuh"
 
 namespace tern::cuda {
 
@@ -264,7 +265,7 @@ __global__ void combine_kernel(const uint16_t* y16, const int* token_slot, int T
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+        const float2 f = __half22float2(pf::u2h(w[j]));
         s[2 * j] += f.x, s[2 * j + 1] += f.y;
       }
     }
