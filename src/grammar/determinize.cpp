@@ -312,6 +312,13 @@ KeyedRules& keyed_rules() {
 
 }  // namespace
 
+size_t expansion_bound(const Grammar& g, int first_rule, const ExprPtr& e) {
+  ExpansionSize sizes;
+  size_t n = sizes.of(*e, 0);
+  for (int r = first_rule; r < g.size(); ++r) n += sizes.of(*g.body(r), 0);
+  return n;
+}
+
 ExprPtr minimized(const ExprPtr& e) {
   Nfa nfa;
   const int start = nfa.add(), accept = nfa.add();

@@ -153,6 +153,12 @@ int Grammar::add(std::string name, ExprPtr body) {
   return r;
 }
 
+void Grammar::truncate(int size) {
+  names_.resize(size_t(size));
+  bodies_.resize(size_t(size));
+  keys_.resize(size_t(size));
+}
+
 namespace {
 
 // e with every rule reference moved by `offset` (shared subexpressions copied once).

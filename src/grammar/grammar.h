@@ -88,6 +88,8 @@ class Grammar {
   int declare(std::string name);
   void define(int rule, ExprPtr body);
   int add(std::string name, ExprPtr body);
+  // Drops the rules from `size` on (nothing may refer to them any more).
+  void truncate(int size);
   int size() const { return int(names_.size()); }
   const std::string& name(int rule) const { return names_[size_t(rule)]; }
   const ExprPtr& body(int rule) const { return bodies_[size_t(rule)]; }

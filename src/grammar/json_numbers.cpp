@@ -185,13 +185,37 @@ int compare(const Decimal& a, const Decimal& b) {
   return 0;
 }
 
+namespace {
+
+// Integer texts whose value is a multiple of m: the remainder so far, digit by digit.
+CharFsa multiples(uint64_t m) {
+  CharFsa a;  // 0: start
+  const int minus = a.add_state(), zero = a.add_state();
+  std::vector<int> rest(m);
+  for (int& r : rest) r = a.add_state();
+  a.set_final(zero);
+  a.set_final(rest[0]);
+  a.add_edge(0, '-', '-', minus);
+  for (int from : {0, minus}) {
+    a.add_edge(from, '0', '0', zero);
+    for (uint32_t d = 1; d <= 9; ++d) a.add_edge(from, '0' + d, '0' + d, rest[d % m]);
+  }
+  for (uint64_t r = 0; r < m; ++r)
+    for (uint32_t d = 0; d <= 9; ++d) a.add_edge(rest[r], '0' + d, '0' + d, rest[(10 * r + d) % m]);
+  return a;
+}
+
+}  // namespace
+
 ExprPtr integer_text(const NumberBounds& b) {
   if (b.empty()) return fsa_text(pattern_language("^-?(?:0|[1-9][0-9]*)$"));
-  const CharFsa a = bounded(b, false);
+  CharFsa a = b.lo || b.hi ? bounded(b, false) : pattern_language("^-?(?:0|[1-9][0-9]*)$");
+  if (b.multiple_of) a = fsa_intersect(a, multiples(b.multiple_of));
   return fsa_empty(a) ? nothing() : fsa_text(a);
 }
 
 ExprPtr number_text(const NumberBounds& b) {
+  if (b.multiple_of) return integer_text(b);
   if (b.empty())
     return fsa_text(pattern_language("^-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$"));
   const CharFsa a = fsa_intersect(bounded(b, true), digit_cap(kMaxNumberDigits));
@@ -200,6 +224,11 @@ ExprPtr number_text(const NumberBounds& b) {
 
 bool within(const NumberBounds& b, const nlohmann::ordered_json& v) {
   const Decimal x = decimal_of(v, true);
+  if (b.multiple_of) {
+    uint64_t rest = 0;
+    for (char c : x.int_part) rest = (rest * 10 + uint64_t(c - '0')) % b.multiple_of;
+    if (!x.frac.empty() || rest != 0) return false;
+  }
   if (b.lo) {
     int c = compare(x, decimal_of(b.lo->value, true));
     if (c < 0 || (c == 0 && b.lo->exclusive)) return false;

@@ -37,10 +37,16 @@ struct Bound {
 
 struct NumberBounds {
   std::optional<Bound> lo, hi;
-  bool empty() const { return !lo && !hi; }
+  uint64_t multiple_of = 0;  // multipleOf (a positive integer up to kMaxMultipleOf), 0: none
+  bool empty() const { return !lo && !hi && multiple_of == 0; }
 };
 
-// The texts of the integers / numbers within the bounds (nothing() when none).
+// multipleOf is enforced for integer divisors up to this (an automaton of
+// one state per remainder).
+constexpr uint64_t kMaxMultipleOf = 1000;
+
+// The texts of the integers / numbers within the bounds (nothing() when none);
+// with multiple_of, integer texts only.
 ExprPtr integer_text(const NumberBounds& b);
 ExprPtr number_text(const NumberBounds& b);
 // Whether the number `v` (a JSON number) lies within the bounds (compared exactly).

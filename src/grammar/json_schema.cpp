@@ -1,5 +1,8 @@
 #include "grammar/json_schema.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "core/error.h"
 #include "grammar/compiled_grammar.h"
 
@@ -19,7 +22,7 @@ std::string key_of(const StringRules& r) {
 }  // namespace
 
 JsonCompiler::JsonCompiler(Grammar& g, const ojson& schema, JsonOptions options)
-    : g_(g), doc_(schema), opts_(std::move(options)) {
+    : g_(g), doc_(schema, options.lenient), opts_(std::move(options)) {
   gap_ = alt({empty(), literal(" "),
               seq({literal("\n"), repeat(bytes([] {
                                            ByteSet b;
@@ -28,6 +31,14 @@ JsonCompiler::JsonCompiler(Grammar& g, const ojson& schema, JsonOptions options)
                                            return b;
                                          }()),
                                          0, opts_.max_indent)})});
+}
+
+void JsonCompiler::rollback(int rules) {
+  g_.truncate(rules);
+  std::erase_if(rules_, [&](const auto& r) { return r.second >= rules; });
+  std::erase_if(named_rules_, [&](const auto& r) { return r.second >= rules; });
+  nesting_ = 0;
+  doc_.recover();
 }
 
 int JsonCompiler::root_rule() {
@@ -112,8 +123,10 @@ ExprPtr JsonCompiler::number_rule(const Shape& shape) {
     small.numbers = {Bound{-999999999999999, false}, Bound{999999999999999, false}};
     sh = doc_.merge(sh, small);
   }
-  const bool fraction = sh.types & kFraction;
+  // With multipleOf (integer divisors only), integer texts.
+  const bool fraction = (sh.types & kFraction) && !sh.numbers.multiple_of;
   std::string key = fraction ? "number" : "integer";
+  if (sh.numbers.multiple_of) key += fmt::format(" *{}", sh.numbers.multiple_of);
   for (const auto* side : {&sh.numbers.lo, &sh.numbers.hi})
     key +=
         *side ? fmt::format(" {}{}", (*side)->exclusive ? "x" : "", (*side)->value.dump()) : " -";
@@ -145,60 +158,78 @@ ExprPtr JsonCompiler::container(const char* open, ExprGraph members, bool empty_
 }
 
 ExprPtr JsonCompiler::object_value(const Shape& sh) {
+  // The names propertyNames allows (all when it is absent).
+  const std::optional<CharFsa> allowed =
+      sh.names.any() ? std::nullopt : std::optional(string_fsa(doc_.shape(sh.names), 0));
+  auto required = [&](const std::string& n) {
+    return std::find(sh.required.begin(), sh.required.end(), n) != sh.required.end();
+  };
   // Members in order: the listed properties, then required ones not listed (as additional).
   std::vector<std::pair<std::string, const Sub*>> members;
   for (const auto& [n, sub] : sh.properties) members.push_back({n, &sub});
   for (const std::string& r : sh.required)
     if (!sh.property(r)) members.push_back({r, &sh.additional});
-  auto required = [&](const std::string& n) {
-    return std::find(sh.required.begin(), sh.required.end(), n) != sh.required.end();
-  };
   std::vector<std::string> names;
   std::vector<ExprPtr> kv;
   std::vector<bool> may_skip;
   for (const auto& [n, sub] : members) {
     names.push_back(n);
-    ExprPtr v = member_value(*sub);
+    ExprPtr v = allowed && !fsa_accepts(*allowed, n) ? nothing() : member_value(*sub);
     if (v->kind == Expr::Kind::nothing && required(n)) return nothing();
     kv.push_back(seq({literal(ojson(n).dump() + ":"), gap(), v}));
     may_skip.push_back(!required(n));
   }
+  // Additional members only when the schema says which (additionalProperties
+  // or propertyNames) or lists no property at all: {"type": "object"} is any
+  // object, but one that lists its properties gets those (any instance
+  // without others is valid).
+  ExprPtr extra_value = sh.additional_given || allowed || sh.properties.empty()
+                            ? member_value(sh.additional)
+                            : nothing();
   const ExprPtr comma = seq({literal(","), gap()});
-  const bool all_optional = std::find(may_skip.begin(), may_skip.end(), false) == may_skip.end();
-  // States: F(i) before member i with nothing written yet, R(i) after something.
-  const int n = int(kv.size());
-  ExprGraph graph;
-  auto F = [](int i) { return 2 * i; };
-  auto R = [](int i) { return 2 * i + 1; };
-  const int extra = 2 * n + 2;
-  graph.states = extra + 1;
-  graph.start = F(0);
-  for (int i = 0; i < n; ++i) {
-    graph.edges.push_back({F(i), R(i + 1), kv[size_t(i)]});
-    if (i > 0) graph.edges.push_back({R(i), R(i + 1), seq({comma, kv[size_t(i)]})});
-    if (may_skip[size_t(i)]) {
-      graph.edges.push_back({F(i), F(i + 1), nullptr});
-      if (i > 0) graph.edges.push_back({R(i), R(i + 1), nullptr});
-    }
-  }
-  graph.finals = {R(n)};  // F(n), no member at all, is the empty object below
-  // Additional members only when the schema says which (additionalProperties)
-  // or lists no property at all: {"type": "object"} is any object, but one
-  // that lists its properties gets those (any instance without others is valid).
-  ExprPtr extra_value =
-      sh.additional_given || sh.properties.empty() ? member_value(sh.additional) : nothing();
+  ExprPtr xkv = nothing();
   if (extra_value->kind != Expr::Kind::nothing) {
-    const CharFsa keys = fsa_intersect(
-        fsa_none_of(names), opts_.forbidden.empty() ? fsa_repeat(CodepointSet::all(), 0, -1)
-                                                    : avoiding(opts_.forbidden));
+    CharFsa keys = fsa_intersect(fsa_none_of(names), opts_.forbidden.empty()
+                                                         ? fsa_repeat(CodepointSet::all(), 0, -1)
+                                                         : avoiding(opts_.forbidden));
     std::string key = "key not";
     for (const std::string& k : names) key.append(" ").append(ojson(k).dump());
-    const ExprPtr xkv = seq({string_rule(keys, key), literal(":"), gap(), extra_value});
-    graph.edges.push_back({F(n), extra, xkv});
-    graph.edges.push_back({R(n), extra, seq({comma, xkv})});
-    graph.edges.push_back({extra, extra, seq({comma, xkv})});
-    graph.finals.push_back(extra);
+    // Keyed (shared between grammars) only when the names are the key's.
+    const ExprPtr name =
+        allowed
+            ? ref(g_.add("key", seq({literal("\""), fsa_json_body(fsa_intersect(keys, *allowed)),
+                                     literal("\"")})))
+            : string_rule(keys, key);
+    xkv = seq({name, literal(":"), gap(), extra_value});
   }
+  // minProperties / maxProperties: members are counted up to `cap` (saturating
+  // without a maximum). A minimum the required members meet needs no count.
+  const int n = int(kv.size());
+  const auto required_count = uint64_t(std::count(may_skip.begin(), may_skip.end(), false));
+  const int min = sh.min_properties <= required_count ? 0 : int(sh.min_properties);
+  const int max =
+      xkv->kind == Expr::Kind::nothing && sh.max_properties >= n ? -1 : int(sh.max_properties);
+  const int cap = max >= 0 ? max : std::max(min, 1);
+  // State (p, c): before member p (p == n + 1: among the additional ones), c
+  // written (at most p before member p).
+  auto at = [&](int p, int c) { return p * (cap + 1) + c; };
+  auto next = [&](int c) { return max >= 0 ? c + 1 : std::min(c + 1, cap); };
+  ExprGraph graph;
+  graph.states = (n + 2) * (cap + 1);
+  graph.start = at(0, 0);
+  for (int p = 0; p <= n + 1; ++p)
+    for (int c = 0; c <= (p <= n ? std::min(p, cap) : cap); ++c) {
+      const bool room = max < 0 || c < max;
+      auto member = [&](const ExprPtr& e) { return c == 0 ? e : seq({comma, e}); };
+      if (p < n && room)
+        graph.edges.push_back({at(p, c), at(p + 1, next(c)), member(kv[size_t(p)])});
+      if (p < n && may_skip[size_t(p)]) graph.edges.push_back({at(p, c), at(p + 1, c), nullptr});
+      if (p >= n && room && xkv->kind != Expr::Kind::nothing)
+        graph.edges.push_back({at(p, c), at(n + 1, next(c)), member(xkv)});
+      // (n, 0), no member at all, is the empty object below.
+      if (p >= n && c >= std::max(min, 1)) graph.finals.push_back(at(p, c));
+    }
+  const bool all_optional = required_count == 0 && min == 0;
   return container("{", std::move(graph), all_optional, "}");
 }
 

@@ -28,6 +28,9 @@ struct JsonOptions {
   // Numbers within +-999999999999999, written without exponent (so that a
   // parser reading them into int64 or double keeps them exact).
   bool small_numbers = false;
+  // Tool schemas: what cannot be enforced is dropped (SchemaDocument::dropped)
+  // rather than refused.
+  bool lenient = false;
 };
 
 class JsonCompiler {
@@ -41,6 +44,9 @@ class JsonCompiler {
   // The (decoded) strings sub allows.
   CharFsa strings_of(const Sub& sub);
   SchemaDocument& document() { return doc_; }
+  // Forgets the rules from `rules` on (the grammar's size before a value
+  // whose compilation threw), so that the compiler can go on.
+  void rollback(int rules);
 
  private:
   int rule_of(const Sub& s);

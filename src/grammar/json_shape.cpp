@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "core/error.h"
@@ -11,7 +12,6 @@ namespace tern::grammar {
 namespace {
 
 constexpr int kMaxDepth = 100;
-constexpr uint64_t kMaxCount = 10000;  // minLength, maxLength, minItems, maxItems
 
 const std::set<std::string>& annotations() {
   static const std::set<std::string> s = {
@@ -44,7 +44,11 @@ const std::set<std::string>& supported() {
                                           "maximum",
                                           "exclusiveMinimum",
                                           "exclusiveMaximum",
-                                          "uniqueItems"};
+                                          "uniqueItems",
+                                          "multipleOf",
+                                          "propertyNames",
+                                          "minProperties",
+                                          "maxProperties"};
   return s;
 }
 
@@ -117,7 +121,8 @@ bool Shape::unconstrained() const {
   return types == kAllTypes && !values && strings.min_length == 0 && strings.max_length < 0 &&
          strings.patterns.empty() && strings.formats.empty() && numbers.empty() && prefix.empty() &&
          items.any() && min_items == 0 && max_items < 0 && properties.empty() && required.empty() &&
-         additional.any() && groups.empty();
+         additional.any() && names.any() && min_properties == 0 && max_properties < 0 &&
+         groups.empty();
 }
 
 const Sub* Shape::property(const std::string& name) const {
@@ -126,7 +131,7 @@ const Sub* Shape::property(const std::string& name) const {
   return nullptr;
 }
 
-SchemaDocument::SchemaDocument(const ojson& root) : root_(root) {
+SchemaDocument::SchemaDocument(const ojson& root, bool lenient) : root_(root), lenient_(lenient) {
   paths_[&root] = "#";
 }
 
@@ -145,9 +150,12 @@ void SchemaDocument::name(const ojson* child, const ojson* parent, const std::st
 }
 
 const ojson* SchemaDocument::resolve(const std::string& ref, const ojson* from) {
-  if (ref.empty() || ref[0] != '#')
-    fail("JSON Schema: $ref '{}' at {}: only local references (#/...) are supported", ref,
-         path(from));
+  if (ref.empty() || ref[0] != '#') {
+    refuse("$ref", path(from),
+           fmt::format("JSON Schema: $ref '{}' at {}: only local references (#/...) are supported",
+                       ref, path(from)));
+    return nullptr;
+  }
   std::string pointer;  // percent-decoded
   for (size_t i = 1; i < ref.size(); ++i) {
     if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(uint8_t(ref[i + 1])) &&
@@ -159,8 +167,11 @@ const ojson* SchemaDocument::resolve(const std::string& ref, const ojson* from) 
     }
   }
   const ojson* cur = &root_;
-  if (!pointer.empty() && pointer[0] != '/')
-    fail("JSON Schema: $ref '{}' at {}: anchors are not supported", ref, path(from));
+  if (!pointer.empty() && pointer[0] != '/') {
+    refuse("$ref", path(from),
+           fmt::format("JSON Schema: $ref '{}' at {}: anchors are not supported", ref, path(from)));
+    return nullptr;
+  }
   size_t pos = 1;
   while (pos <= pointer.size() && !pointer.empty()) {
     size_t end = pointer.find('/', pos);
@@ -179,7 +190,9 @@ const ojson* SchemaDocument::resolve(const std::string& ref, const ojson* from) 
                step.size() < 10 && std::stoul(step) < cur->size()) {
       cur = &(*cur)[std::stoul(step)];
     } else {
-      fail("JSON Schema: $ref '{}' at {} does not resolve", ref, path(from));
+      refuse("$ref", path(from),
+             fmt::format("JSON Schema: $ref '{}' at {} does not resolve", ref, path(from)));
+      return nullptr;
     }
     pos = end + 1;
   }
@@ -194,33 +207,60 @@ Shape SchemaDocument::shape(const Sub& s) {
   return sh;
 }
 
+void SchemaDocument::refuse(const std::string& keyword, const std::string& path,
+                            const std::string& message) {
+  if (!lenient_) fail("{}", message);
+  for (const Dropped& d : dropped_)
+    if (d.keyword == keyword && d.path == path) return;
+  dropped_.push_back({keyword, path, message});
+}
+
 void SchemaDocument::read(Shape& sh, const ojson* s, int depth) {
   const std::string where = path(s);
   if (depth > kMaxDepth)
-    fail("JSON Schema at {}: allOf/$ref nest deeper than {}", where, kMaxDepth);
+    return refuse(
+        "allOf", where,
+        fmt::format("JSON Schema at {}: allOf/$ref nest deeper than {}", where, kMaxDepth));
   if (s->is_boolean()) {
     if (!s->get<bool>()) sh.types = 0;
     return;
   }
-  if (!s->is_object()) fail("JSON Schema at {}: a schema must be an object or a boolean", where);
+  if (!s->is_object())
+    return refuse("schema", where,
+                  fmt::format("JSON Schema at {}: a schema must be an object or a boolean", where));
+  // Lenient: a dropped patternProperties leaves any member allowed (dropping may only widen).
+  bool any_member = false;
   for (const auto& [key, value] : s->items())
-    if (!supported().count(key) && !annotations().count(key) && !key.starts_with("x-"))
-      fail("JSON Schema: unsupported keyword '{}' at {}", key, where);
+    if (!supported().count(key) && !annotations().count(key) && !key.starts_with("x-")) {
+      refuse(key, where, fmt::format("JSON Schema: unsupported keyword '{}' at {}", key, where));
+      any_member = any_member || key == "patternProperties";
+    }
   auto count = [&](const char* key) -> std::optional<uint64_t> {
     if (!s->contains(key)) return std::nullopt;
     const ojson& v = (*s)[key];
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-      fail("JSON Schema: '{}' at {} must be a non-negative integer", key, where);
-    if (v.get<uint64_t>() > kMaxCount)
-      fail("JSON Schema: '{}' {} at {} is above tern's limit of {}", key, v.get<uint64_t>(), where,
-           kMaxCount);
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+      refuse(key, where,
+             fmt::format("JSON Schema: '{}' at {} must be a non-negative integer", key, where));
+      return std::nullopt;
+    }
+    const uint64_t limit = lenient_ ? kMaxLenientCount : kMaxCount;
+    if (v.get<uint64_t>() > limit) {
+      refuse(key, where,
+             fmt::format("JSON Schema: '{}' {} at {} is above tern's limit of {}", key,
+                         v.get<uint64_t>(), where, limit));
+      return std::nullopt;
+    }
     return v.get<uint64_t>();
   };
   auto schemas = [&](const char* key) {
     const ojson& v = (*s)[key];
-    if (!v.is_array() || v.empty())
-      fail("JSON Schema: '{}' at {} must be a non-empty array of schemas", key, where);
     std::vector<const ojson*> out;
+    if (!v.is_array() || v.empty()) {
+      refuse(
+          key, where,
+          fmt::format("JSON Schema: '{}' at {} must be a non-empty array of schemas", key, where));
+      return out;
+    }
     for (size_t i = 0; i < v.size(); ++i) {
       name(&v[i], s, std::string(key) + "/" + std::to_string(i));
       out.push_back(&v[i]);
@@ -238,16 +278,19 @@ void SchemaDocument::read(Shape& sh, const ojson* s, int depth) {
       ok = ok && b != 0;
       bits |= b;
     }
-    if (!ok)
-      fail(
-          "JSON Schema: 'type' at {} must be a type name (null, boolean, integer, number, string, "
-          "array, object) or a list of them",
-          where);
-    own.types = bits;
+    if (ok)
+      own.types = bits;
+    else
+      refuse("type", where,
+             fmt::format("JSON Schema: 'type' at {} must be a type name (null, boolean, integer, "
+                         "number, string, array, object) or a list of them",
+                         where));
   }
   if (s->contains("enum")) {
-    if (!(*s)["enum"].is_array()) fail("JSON Schema: 'enum' at {} must be an array", where);
-    own.values = std::vector<ojson>((*s)["enum"].begin(), (*s)["enum"].end());
+    if ((*s)["enum"].is_array())
+      own.values = std::vector<ojson>((*s)["enum"].begin(), (*s)["enum"].end());
+    else
+      refuse("enum", where, fmt::format("JSON Schema: 'enum' at {} must be an array", where));
   }
   if (s->contains("const")) {
     std::vector<ojson> c = {(*s)["const"]};
@@ -255,89 +298,158 @@ void SchemaDocument::read(Shape& sh, const ojson* s, int depth) {
   }
   if (auto v = count("minLength")) own.strings.min_length = *v;
   if (auto v = count("maxLength")) own.strings.max_length = int64_t(*v);
-  if (s->contains("pattern")) {
-    if (!(*s)["pattern"].is_string()) fail("JSON Schema: 'pattern' at {} must be a string", where);
-    own.strings.patterns.push_back((*s)["pattern"].get<std::string>());
-    language(own.strings.patterns.back(), false);  // refuse a bad pattern here, naming its place
-  }
+  if (s->contains("pattern")) read_pattern((*s)["pattern"], where, own.strings);
   if (s->contains("format")) {
     const ojson& f = (*s)["format"];
-    if (!f.is_string()) fail("JSON Schema: 'format' at {} must be a string", where);
-    if (!supported_format(f.get<std::string>()))
-      fail(
-          "JSON Schema: format '{}' at {} is not supported (tern enforces date, time, date-time, "
-          "uuid, email, ipv4)",
-          f.get<std::string>(), where);
-    own.strings.formats.push_back(f.get<std::string>());
+    if (!f.is_string())
+      refuse("format", where, fmt::format("JSON Schema: 'format' at {} must be a string", where));
+    else if (!supported_format(f.get<std::string>()))
+      refuse("format", where,
+             fmt::format("JSON Schema: format '{}' at {} is not supported (tern enforces {})",
+                         f.get<std::string>(), where, kFormats));
+    else
+      own.strings.formats.push_back(f.get<std::string>());
   }
-  for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
-    if (!s->contains(key)) continue;
-    const ojson& v = (*s)[key];
-    if (v.is_boolean())
-      fail("JSON Schema: boolean '{}' at {} (draft 4) is not supported; give the bound itself", key,
-           where);
-    if (!v.is_number()) fail("JSON Schema: '{}' at {} must be a number", key, where);
-    decimal_of(v, true);  // refuses a bound that is not finite
-    const std::string k = key;
-    const bool lower = k == "minimum" || k == "exclusiveMinimum";
-    Bound b{v, k[0] == 'e'};
-    std::optional<Bound>& side = lower ? own.numbers.lo : own.numbers.hi;
-    side = side ? tighter(*side, b, lower) : b;
-  }
-  if (s->contains("uniqueItems")) {
-    const ojson& u = (*s)["uniqueItems"];
-    if (!u.is_boolean()) fail("JSON Schema: 'uniqueItems' at {} must be a boolean", where);
-    if (u.get<bool>()) fail("JSON Schema: uniqueItems: true at {} is not supported", where);
-  }
-  if (s->contains("prefixItems")) {
+  read_numbers(*s, where, own.numbers);
+  if (s->contains("uniqueItems") && !(*s)["uniqueItems"].is_boolean())
+    refuse("uniqueItems", where,
+           fmt::format("JSON Schema: 'uniqueItems' at {} must be a boolean", where));
+  if (s->contains("prefixItems"))
     for (const ojson* p : schemas("prefixItems")) own.prefix.push_back(Sub{{p}});
-  }
   if (s->contains("items")) {
     const ojson& it = (*s)["items"];
-    if (it.is_array())
-      fail("JSON Schema: 'items' at {} is an array (draft 4 tuples); use prefixItems", where);
-    name(&it, s, "items");
-    own.items = Sub{{&it}};
+    if (it.is_array()) {
+      refuse("items", where,
+             fmt::format("JSON Schema: 'items' at {} is an array (draft 4 tuples); use prefixItems",
+                         where));
+    } else {
+      name(&it, s, "items");
+      own.items = Sub{{&it}};
+    }
   }
   if (auto v = count("minItems")) own.min_items = *v;
   if (auto v = count("maxItems")) own.max_items = int64_t(*v);
-  if (s->contains("properties")) {
-    const ojson& props = (*s)["properties"];
-    if (!props.is_object()) fail("JSON Schema: 'properties' at {} must be an object", where);
-    for (const auto& [pname, schema] : props.items()) {
-      name(&schema, s, "properties/" + pointer_step(pname));
-      own.properties.push_back({pname, Sub{{&schema}}});
-    }
-  }
-  if (s->contains("additionalProperties")) {
-    const ojson& ap = (*s)["additionalProperties"];
-    name(&ap, s, "additionalProperties");
-    own.additional = Sub{{&ap}};
-    own.additional_given = true;
-  }
-  if (s->contains("required")) {
-    const ojson& req = (*s)["required"];
-    if (!req.is_array() ||
-        !std::all_of(req.begin(), req.end(), [](const ojson& x) { return x.is_string(); }))
-      fail("JSON Schema: 'required' at {} must be an array of strings", where);
-    for (const ojson& r : req) own.required.push_back(r.get<std::string>());
-  }
+  read_object(own, *s);
+  if (any_member) own.additional = Sub{}, own.additional_given = true;
   for (const char* key : {"anyOf", "oneOf"})
-    if (s->contains(key)) own.groups.push_back({schemas(key), key[0] == 'o', where + "/" + key});
+    if (s->contains(key))
+      if (auto branches = schemas(key); !branches.empty())
+        own.groups.push_back({std::move(branches), key[0] == 'o', where + "/" + key});
   sh = merge(sh, own);
   if (s->contains("$ref")) {
     const ojson& ref = (*s)["$ref"];
-    if (!ref.is_string()) fail("JSON Schema: '$ref' at {} must be a string", where);
-    const ojson* target = resolve(ref.get<std::string>(), s);
-    if (std::find(resolving_.begin(), resolving_.end(), target) != resolving_.end())
-      fail("JSON Schema: $ref '{}' at {} refers back to itself with nothing in between",
-           ref.get<std::string>(), where);
-    resolving_.push_back(target);
-    read(sh, target, depth + 1);
-    resolving_.pop_back();
+    if (const ojson* target = ref.is_string() ? resolve(ref.get<std::string>(), s) : nullptr) {
+      if (std::find(resolving_.begin(), resolving_.end(), target) != resolving_.end())
+        return refuse("$ref", where,
+                      fmt::format("JSON Schema: $ref '{}' at {} refers back to itself with nothing "
+                                  "in between",
+                                  ref.get<std::string>(), where));
+      resolving_.push_back(target);
+      read(sh, target, depth + 1);
+      resolving_.pop_back();
+    } else if (!ref.is_string()) {
+      refuse("$ref", where, fmt::format("JSON Schema: '$ref' at {} must be a string", where));
+    }
   }
   if (s->contains("allOf"))
     for (const ojson* branch : schemas("allOf")) read(sh, branch, depth + 1);
+}
+
+void SchemaDocument::read_pattern(const ojson& p, const std::string& where, StringRules& rules) {
+  if (!p.is_string())
+    return refuse("pattern", where,
+                  fmt::format("JSON Schema: 'pattern' at {} must be a string", where));
+  try {
+    language(p.get<std::string>(), false);  // refuse a bad pattern here, naming its place
+  } catch (const Error& e) {
+    return refuse("pattern", where, fmt::format("JSON Schema at {}: {}", where, e.what()));
+  }
+  rules.patterns.push_back(p.get<std::string>());
+}
+
+void SchemaDocument::read_numbers(const ojson& s, const std::string& where, NumberBounds& out) {
+  for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+    if (!s.contains(key)) continue;
+    const ojson& v = s[key];
+    if (v.is_boolean()) {
+      refuse(key, where,
+             fmt::format("JSON Schema: boolean '{}' at {} (draft 4) is not supported; give the "
+                         "bound itself",
+                         key, where));
+      continue;
+    }
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+      refuse(key, where,
+             fmt::format("JSON Schema: '{}' at {} must be a finite number", key, where));
+      continue;
+    }
+    const std::string k = key;
+    const bool lower = k == "minimum" || k == "exclusiveMinimum";
+    Bound b{v, k[0] == 'e'};
+    std::optional<Bound>& side = lower ? out.lo : out.hi;
+    side = side ? tighter(*side, b, lower) : b;
+  }
+  if (s.contains("multipleOf")) {
+    const ojson& m = s["multipleOf"];
+    const bool whole = m.is_number_unsigned() || (m.is_number_integer() && m.get<int64_t>() > 0);
+    if (whole && m.get<uint64_t>() >= 1 && m.get<uint64_t>() <= kMaxMultipleOf)
+      out.multiple_of = m.get<uint64_t>();
+    else
+      refuse("multipleOf", where,
+             fmt::format("JSON Schema: multipleOf {} at {} is not supported (tern enforces integer "
+                         "divisors from 1 to {})",
+                         m.dump(), where, kMaxMultipleOf));
+  }
+}
+
+void SchemaDocument::read_object(Shape& own, const ojson& s) {
+  const std::string where = own.path;
+  if (s.contains("properties")) {
+    const ojson& props = s["properties"];
+    if (!props.is_object())
+      refuse("properties", where,
+             fmt::format("JSON Schema: 'properties' at {} must be an object", where));
+    else
+      for (const auto& [pname, schema] : props.items()) {
+        name(&schema, &s, "properties/" + pointer_step(pname));
+        own.properties.push_back({pname, Sub{{&schema}}});
+      }
+  }
+  if (s.contains("additionalProperties")) {
+    const ojson& ap = s["additionalProperties"];
+    name(&ap, &s, "additionalProperties");
+    own.additional = Sub{{&ap}};
+    own.additional_given = true;
+  }
+  if (s.contains("propertyNames")) {
+    const ojson& pn = s["propertyNames"];
+    name(&pn, &s, "propertyNames");
+    own.names = Sub{{&pn}};
+  }
+  if (s.contains("required")) {
+    const ojson& req = s["required"];
+    if (!req.is_array() ||
+        !std::all_of(req.begin(), req.end(), [](const ojson& x) { return x.is_string(); }))
+      refuse("required", where,
+             fmt::format("JSON Schema: 'required' at {} must be an array of strings", where));
+    else
+      for (const ojson& r : req) own.required.push_back(r.get<std::string>());
+  }
+  for (const char* key : {"minProperties", "maxProperties"}) {
+    if (!s.contains(key)) continue;
+    const ojson& v = s[key];
+    const bool ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    if (!ok || v.get<uint64_t>() > kMaxPropertyCount) {
+      refuse(key, where,
+             fmt::format("JSON Schema: '{}' {} at {} is not supported (tern enforces 0 to {})", key,
+                         v.dump(), where, kMaxPropertyCount));
+      continue;
+    }
+    if (key[1] == 'i')
+      own.min_properties = v.get<uint64_t>();
+    else
+      own.max_properties = v.get<int64_t>();
+  }
 }
 
 Shape SchemaDocument::merge(const Shape& a, const Shape& b) {
@@ -357,6 +469,10 @@ Shape SchemaDocument::merge(const Shape& a, const Shape& b) {
     r.numbers.lo = a.numbers.lo ? tighter(*a.numbers.lo, *b.numbers.lo, true) : b.numbers.lo;
   if (b.numbers.hi)
     r.numbers.hi = a.numbers.hi ? tighter(*a.numbers.hi, *b.numbers.hi, false) : b.numbers.hi;
+  if (b.numbers.multiple_of)
+    r.numbers.multiple_of = a.numbers.multiple_of
+                                ? std::lcm(a.numbers.multiple_of, b.numbers.multiple_of)
+                                : b.numbers.multiple_of;
   // Items: position i of the result is both sides' schema for position i.
   if (!b.prefix.empty() || !b.items.any()) {
     r.prefix.clear();
@@ -380,6 +496,11 @@ Shape SchemaDocument::merge(const Shape& a, const Shape& b) {
     r.additional = both(a.additional, b.additional);
   }
   r.additional_given = a.additional_given || b.additional_given;
+  r.names = both(a.names, b.names);
+  r.min_properties = std::max(a.min_properties, b.min_properties);
+  if (b.max_properties >= 0)
+    r.max_properties =
+        a.max_properties < 0 ? b.max_properties : std::min(a.max_properties, b.max_properties);
   for (const std::string& n : b.required)
     if (std::find(r.required.begin(), r.required.end(), n) == r.required.end())
       r.required.push_back(n);
@@ -426,11 +547,16 @@ bool SchemaDocument::check(const Shape& s, const ojson& v, int depth) {
     for (size_t i = 0; i < v.size(); ++i)
       if (!check(shape(i < s.prefix.size() ? s.prefix[i] : s.items), v[i], depth + 1)) return false;
   } else if (t == kObject) {
+    if (v.size() < s.min_properties ||
+        (s.max_properties >= 0 && v.size() > size_t(s.max_properties)))
+      return false;
     for (const std::string& r : s.required)
       if (!v.contains(r)) return false;
+    const Shape names = shape(s.names);
     for (const auto& [k, x] : v.items()) {
       const Sub* p = s.property(k);
-      if (!check(shape(p ? *p : s.additional), x, depth + 1)) return false;
+      if (!check(shape(p ? *p : s.additional), x, depth + 1) || !check(names, ojson(k), depth + 1))
+        return false;
     }
   }
   for (const Group& g : s.groups) {
@@ -453,7 +579,7 @@ uint8_t possible_types(const Shape& s) {
 
 }  // namespace
 
-void SchemaDocument::check_disjoint(const Group& g) {
+bool SchemaDocument::check_disjoint(const Group& g) {
   // Two branches are apart when no value of one's enumeration passes the
   // other, their types differ, or an object property one requires cannot
   // take a value the other allows there.
@@ -479,13 +605,17 @@ void SchemaDocument::check_disjoint(const Group& g) {
   for (size_t i = 0; i < g.branches.size(); ++i)
     for (size_t j = i + 1; j < g.branches.size(); ++j) {
       Shape a = shape(g.branches[i]), b = shape(g.branches[j]);
-      if (!apart(a, b))
-        fail(
-            "JSON Schema: oneOf at {}: branches {} and {} may both match one value; tern needs "
-            "oneOf branches it can tell apart (different types, a required property with "
-            "different const/enum values, or enumerations); use anyOf if a value may match both",
-            g.path, i, j);
+      if (!apart(a, b)) {
+        refuse("oneOf", g.path,
+               fmt::format("JSON Schema: oneOf at {}: branches {} and {} may both match one value; "
+                           "tern needs oneOf branches it can tell apart (different types, a "
+                           "required property with different const/enum values, or "
+                           "enumerations); use anyOf if a value may match both",
+                           g.path, i, j));
+        return false;
+      }
     }
+  return true;
 }
 
 }  // namespace tern::grammar

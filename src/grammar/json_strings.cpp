@@ -9,6 +9,24 @@
 namespace tern::grammar {
 namespace {
 
+// RFC 3986's IPv6address: eight groups of 1-4 hex digits, one run of zero
+// groups written "::", the last two groups possibly an IPv4 address.
+std::string ipv6(const std::string& ipv4) {
+  const std::string h16 = "[0-9a-fA-F]{1,4}";
+  const std::string ls32 = fmt::format("(?:{0}:{0}|{1})", h16, ipv4);
+  std::string alts = fmt::format("(?:{}:){{6}}{}", h16, ls32);
+  // Form i: up to i groups before "::", as many after as make eight.
+  for (int i = 0; i <= 7; ++i) {
+    const std::string head = i == 0 ? "" : fmt::format("(?:(?:{0}:){{0,{1}}}{0})?", h16, i - 1);
+    const std::string tail = i <= 4   ? fmt::format("(?:{}:){{{}}}{}", h16, 5 - i, ls32)
+                             : i == 5 ? ls32
+                             : i == 6 ? h16
+                                      : "";
+    alts += fmt::format("|{}::{}", head, tail);
+  }
+  return fmt::format("(?:{})", alts);
+}
+
 // RFC 3339 full-date with calendar days (leap years included) and years 0001-9999,
 // full-time (seconds 00-59, an offset), and the other formats, as anchored patterns.
 const std::map<std::string, std::string>& format_patterns() {
@@ -22,13 +40,29 @@ const std::map<std::string, std::string>& format_patterns() {
   static const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
   static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?";
   static const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+  static const std::string ipv4 = fmt::format("{0}(?:\\.{0}){{3}}", octet);
+  // URIs (RFC 3986, its characters; the parts' finer grammar not enforced):
+  // a scheme, then unreserved / sub-delims / ":@/?" / "[]" / percent escapes,
+  // then an optional "#" fragment. A relative reference has no colon before
+  // its first "/", "?" or "#".
+  static const std::string uric = "(?:[A-Za-z0-9._~!$&'()*+,;=:@/?\\[\\]-]|%[0-9A-Fa-f]{2})";
+  static const std::string segment_nc = "(?:[A-Za-z0-9._~!$&'()*+,;=@-]|%[0-9A-Fa-f]{2})";
+  static const std::string fragment = fmt::format("(?:#{}*)?", uric);
+  static const std::string uri = fmt::format("[A-Za-z][A-Za-z0-9+.-]*:{}*{}", uric, fragment);
+  // RFC 1123 host names: dot-separated labels of 1-63 letters, digits and
+  // inner hyphens (the 253-character total not enforced).
+  static const std::string host_label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static const std::map<std::string, std::string> m = {
       {"date", "^" + date + "$"},
       {"time", "^" + time + "$"},
       {"date-time", "^" + date + "T" + time + "$"},
       {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
       {"email", "^" + atext + "(?:\\." + atext + ")*@" + label + "(?:\\." + label + ")+$"},
-      {"ipv4", "^" + octet + "(?:\\." + octet + "){3}$"},
+      {"ipv4", fmt::format("^{}$", ipv4)},
+      {"ipv6", fmt::format("^{}$", ipv6(ipv4))},
+      {"hostname", fmt::format("^{0}(?:\\.{0})*$", host_label)},
+      {"uri", fmt::format("^{}$", uri)},
+      {"uri-reference", fmt::format("^(?:{}|{}*(?:[/?]{}*)?{})$", uri, segment_nc, uric, fragment)},
   };
   return m;
 }
@@ -42,10 +76,7 @@ bool supported_format(const std::string& format) {
 CharFsa format_language(const std::string& format) {
   auto it = format_patterns().find(format);
   if (it == format_patterns().end())
-    fail(
-        "JSON Schema: format '{}' is not supported (tern enforces date, time, date-time, uuid, "
-        "email, ipv4)",
-        format);
+    fail("JSON Schema: format '{}' is not supported (tern enforces {})", format, kFormats);
   return pattern_language(it->second);
 }
 

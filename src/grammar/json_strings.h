@@ -16,7 +16,9 @@ struct StringRules {
   std::vector<std::string> patterns, formats;
 };
 
-// Formats tern can enforce: date, time, date-time, uuid, email, ipv4.
+// Formats tern can enforce (docs/grammar.md says which language each is).
+inline constexpr const char* kFormats =
+    "date, time, date-time, uuid, email, hostname, ipv4, ipv6, uri, uri-reference";
 bool supported_format(const std::string& format);
 // Error for an unsupported format.
 CharFsa format_language(const std::string& format);

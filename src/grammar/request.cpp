@@ -1,5 +1,7 @@
 #include "grammar/request.h"
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
@@ -17,6 +19,18 @@ const ojson* field(const ojson& body, const char* name) {
 
 void read_response_format(const ojson& body, ConstraintRequest& r) {
   if (const ojson* rf = field(body, "response_format")) response_format(*rf, "response_format", r);
+}
+
+// The tools' grammar; what their schemas ask that it does not enforce is
+// logged once per compilation (the cache keeps the grammar for later requests).
+Grammar tools_grammar(const ConstraintRequest& r, const ToolGrammarOptions& o, const Vocab& vocab) {
+  std::vector<ToolDegradation> degraded;
+  Grammar g = tool_call_grammar(r.tool_list, o, vocab, &degraded);
+  for (const ToolDegradation& d : degraded)
+    spdlog::warn("tool '{}'{}: '{}' at {} is not enforced: {}", d.tool,
+                 d.parameter.empty() ? "" : fmt::format(", parameter '{}'", d.parameter), d.keyword,
+                 d.path, d.why);
+  return g;
 }
 
 }  // namespace
@@ -190,8 +204,8 @@ std::unique_ptr<GrammarConstraint> make_constraint(const ConstraintRequest& r, G
                          bool(config.trigger)};
     if (r.tools == Tools::none) return answer();
     if (r.tools == Tools::automatic && r.answer != ConstraintRequest::Answer::free)
-      return either(answer(), tool_call_grammar(r.tool_list, o, vocab));
-    return tool_call_grammar(r.tool_list, o, vocab);
+      return either(answer(), tools_grammar(r, o, vocab));
+    return tools_grammar(r, o, vocab);
   };
   return std::make_unique<GrammarConstraint>(cache.get(r.key(thinking), make), std::move(config));
 }

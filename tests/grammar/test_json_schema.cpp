@@ -3,7 +3,10 @@
 // errors naming unsupported keywords and impossible schemas.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error.h"
+#include "core/rng.h"
 #include "grammar/json_schema.h"
 #include "grammar_test_util.h"
 
@@ -176,8 +179,18 @@ TEST(JsonSchema, References) {
 TEST(JsonSchema, Errors) {
   EXPECT_EQ(error_of(R"({"type": "string", "not": {"const": "a"}})"),
             "JSON Schema: unsupported keyword 'not' at #");
-  EXPECT_EQ(error_of(R"({"properties": {"a": {"type": "integer", "multipleOf": 3}}})"),
-            "JSON Schema: unsupported keyword 'multipleOf' at #/properties/a");
+  EXPECT_EQ(error_of(R"({"properties": {"a": {"type": "number", "multipleOf": 0.5}}})"),
+            "JSON Schema: multipleOf 0.5 at #/properties/a is not supported (tern enforces "
+            "integer divisors from 1 to 1000)");
+  // A response format names the keyword and its JSON pointer.
+  for (const char* kw : {"not", "if", "patternProperties", "contains", "dependentRequired"})
+    EXPECT_EQ(
+        error_of(fmt::format(R"({{"properties": {{"x": {{"type": "object", "properties":
+                 {{"y/z": {{"{}": {{}}}}}}}}}}}})",
+                             kw)),
+        fmt::format("JSON Schema: unsupported keyword '{}' at #/properties/x/properties/y~1z", kw));
+  EXPECT_EQ(error_of(R"({"properties": {"a": {"type": "string", "maxLength": 524288}}})"),
+            "JSON Schema: 'maxLength' 524288 at #/properties/a is above tern's limit of 10000");
   EXPECT_EQ(error_of(R"({"type": "strin"})"),
             "JSON Schema: 'type' at # must be a type name (null, boolean, integer, number, string, "
             "array, object) or a list of them");
@@ -193,13 +206,14 @@ TEST(JsonSchema, Errors) {
           R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"),
       "JSON Schema: $ref '#/$defs/a' at #/$defs/b refers back to itself with nothing in between");
   EXPECT_EQ(
-      error_of(R"({"type": "string", "format": "uri"})"),
-      "JSON Schema: format 'uri' at # is not supported (tern enforces date, time, date-time, uuid, "
-      "email, ipv4)");
-  EXPECT_EQ(error_of(R"({"type": "string", "pattern": "(?=a)b"})"),
-            "pattern '(?=a)b': lookaround assertions are not supported (at offset 2)");
+      error_of(R"({"type": "string", "format": "iri"})"),
+      "JSON Schema: format 'iri' at # is not supported (tern enforces date, time, date-time, uuid, "
+      "email, hostname, ipv4, ipv6, uri, uri-reference)");
+  EXPECT_EQ(error_of(R"({"properties": {"p": {"type": "string", "pattern": "(?=a)b"}}})"),
+            "JSON Schema at #/properties/p: pattern '(?=a)b': lookaround assertions are not "
+            "supported (at offset 2)");
   EXPECT_EQ(error_of(R"({"type": "string", "pattern": "(a)\\1"})"),
-            "pattern '(a)\\1': backreferences are not supported (at offset 4)");
+            "JSON Schema at #: pattern '(a)\\1': backreferences are not supported (at offset 4)");
   EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
             "JSON Schema: no value satisfies the schema at #");
   EXPECT_NE(
@@ -209,11 +223,138 @@ TEST(JsonSchema, Errors) {
   EXPECT_NE(error_of(R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})")
                 .find("oneOf at #/oneOf"),
             std::string::npos);
-  EXPECT_EQ(error_of(R"({"type": "array", "uniqueItems": true})"),
-            "JSON Schema: uniqueItems: true at # is not supported");
+  EXPECT_EQ(error_of(R"({"type": "array", "uniqueItems": 1})"),
+            "JSON Schema: 'uniqueItems' at # must be a boolean");
+  EXPECT_EQ(error_of(R"({"type": "object", "maxProperties": 17})"),
+            "JSON Schema: 'maxProperties' 17 at # is not supported (tern enforces 0 to 16)");
   EXPECT_EQ(
       error_of(R"({"minimum": true})"),
       "JSON Schema: boolean 'minimum' at # (draft 4) is not supported; give the bound itself");
+}
+
+// Fresh inputs each run; the seed is printed on a failure.
+uint64_t fresh_seed() {
+  static std::random_device device;
+  return (uint64_t(device()) << 32) | device();
+}
+
+std::string hex_group(CounterRng& rng, int digits) {
+  std::string g;
+  for (int i = 0; i < digits; ++i) g += "0123456789abcdefABCDEF"[rng.next_u64() % 22];
+  return g;
+}
+
+TEST(JsonSchema, Formats) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  CounterRng rng(seed);
+  auto ipv6 = compile_schema(R"({"type": "string", "format": "ipv6"})");
+  auto host = compile_schema(R"({"type": "string", "format": "hostname"})");
+  auto uri = compile_schema(R"({"type": "string", "format": "uri"})");
+  auto ref = compile_schema(R"({"type": "string", "format": "uri-reference"})");
+  auto quoted = [](const std::string& s) { return ojson(s).dump(); };
+  for (int round = 0; round < 40; ++round) {
+    // Eight groups, a random run of them written "::", the last two maybe an IPv4 address.
+    std::vector<std::string> groups;
+    for (int i = 0; i < 8; ++i) groups.push_back(hex_group(rng, 1 + int(rng.next_u64() % 4)));
+    const bool v4 = rng.next_u64() % 3 == 0;
+    const int width = v4 ? 7 : 8;  // the IPv4 address is the last two groups
+    if (v4)
+      groups[6] = fmt::format("{}.{}.{}.{}", rng.next_u64() % 256, rng.next_u64() % 256,
+                              rng.next_u64() % 256, rng.next_u64() % 256);
+    groups.resize(size_t(width));
+    const int from = int(rng.next_u64() % size_t(width + 1)),
+              to = from + int(rng.next_u64() % size_t(width - from + 1));
+    std::string text;
+    for (int i = 0; i < width; ++i) {
+      if (from < to && i >= from && i < to) {
+        if (i == from) text += "::";
+        continue;
+      }
+      if (!text.empty() && !text.ends_with(":")) text += ":";
+      text += groups[size_t(i)];
+    }
+    EXPECT_TRUE(matches(ipv6, quoted(text))) << text;
+    EXPECT_FALSE(matches(ipv6, quoted(text + ":" + hex_group(rng, 5)))) << text;
+    EXPECT_FALSE(matches(ipv6, quoted("::" + text + "::"))) << text;
+    // Host names of labels up to 63 characters; a 64-character label or a leading hyphen is out.
+    std::string name;
+    for (int l = 0, n = 1 + int(rng.next_u64() % 3); l < n; ++l) {
+      std::string label = hex_group(rng, 1 + int(rng.next_u64() % 63));
+      if (label.size() > 2) label[1 + rng.next_u64() % (label.size() - 2)] = '-';
+      name += (l ? "." : "") + label;
+    }
+    EXPECT_TRUE(matches(host, quoted(name))) << name;
+    EXPECT_FALSE(matches(host, quoted("-" + name))) << name;
+    EXPECT_FALSE(matches(host, quoted(hex_group(rng, 64) + "." + name))) << name;
+    EXPECT_FALSE(matches(host, quoted(name + ".."))) << name;
+    // URIs: a scheme, characters of the set or percent escapes, a fragment.
+    const std::string chars = "abcXYZ019-._~!$&'()*+,;=:@/?";
+    std::string rest;
+    for (int i = 0, n = int(rng.next_u64() % 20); i < n; ++i)
+      rest += rng.next_u64() % 8 ? std::string(1, chars[rng.next_u64() % chars.size()])
+                                 : "%" + hex_group(rng, 2);
+    const std::string full = "h" + hex_group(rng, 2) + ":" + rest + "#" + rest;
+    EXPECT_TRUE(matches(uri, quoted(full))) << full;
+    EXPECT_TRUE(matches(ref, quoted(full))) << full;
+    EXPECT_TRUE(matches(ref, quoted("/" + rest))) << rest;
+    EXPECT_FALSE(matches(uri, quoted("/" + rest))) << rest;
+    EXPECT_FALSE(matches(uri, quoted(full + " x"))) << full;
+    EXPECT_FALSE(matches(uri, quoted(full + "#"))) << full;
+    EXPECT_FALSE(matches(ref, quoted("1" + full))) << full;  // a colon in a first segment
+  }
+}
+
+TEST(JsonSchema, MultipleOf) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  CounterRng rng(seed);
+  for (int m : {1, 2, 3, 7, 10, 25, 1000}) {
+    auto plain = compile_schema(fmt::format(R"({{"type": "integer", "multipleOf": {}}})", m));
+    auto bounded = compile_schema(fmt::format(
+        R"({{"type": "number", "multipleOf": {}, "minimum": -500, "exclusiveMaximum": 5000}})", m));
+    for (int i = 0; i < 40; ++i) {
+      const int64_t v = int64_t(rng.next_u64() % 20000) - 10000;
+      const bool multiple = v % m == 0;
+      EXPECT_EQ(matches(plain, std::to_string(v)), multiple) << m << " " << v;
+      EXPECT_EQ(matches(bounded, std::to_string(v)), multiple && v >= -500 && v < 5000)
+          << m << " " << v;
+    }
+  }
+}
+
+TEST(JsonSchema, PropertyNamesAndCounts) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  CounterRng rng(seed);
+  auto names = compile_schema(
+      R"({"type": "object", "propertyNames": {"pattern": "^[a-c]+$", "maxLength": 3},
+          "additionalProperties": {"type": "integer"}})");
+  auto counted = compile_schema(
+      R"({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"],
+          "minProperties": 2, "maxProperties": 4, "additionalProperties": {"type": "integer"}})");
+  // zod 4's records: propertyNames {"type": "string"}.
+  auto record = compile_schema(
+      R"({"type": "object", "propertyNames": {"type": "string"},
+          "additionalProperties": {"type": "boolean"}})");
+  for (int i = 0; i < 40; ++i) {
+    std::string key;
+    for (int n = 1 + int(rng.next_u64() % 5); n > 0; --n) key += "abcd"[rng.next_u64() % 4];
+    const bool named = key.size() <= 3 && key.find('d') == std::string::npos;
+    EXPECT_EQ(matches(names, fmt::format(R"({{"{}": 1}})", key)), named) << key;
+    EXPECT_TRUE(matches(record, fmt::format(R"({{"{}": true}})", key))) << key;
+    EXPECT_FALSE(matches(record, fmt::format(R"({{"{}": 1}})", key))) << key;
+    // "a", maybe "b", then extra members x0, x1, ...: 2 to 4 in all.
+    const bool b = rng.next_u64() % 2;
+    const int extra = int(rng.next_u64() % 5), total = 1 + int(b) + extra;
+    std::string doc = R"({"a": null)";
+    if (b) doc += R"(, "b": "s")";
+    for (int x = 0; x < extra; ++x) doc += fmt::format(R"(, "x{}": {})", x, x);
+    doc += "}";
+    EXPECT_EQ(matches(counted, doc), total >= 2 && total <= 4) << doc;
+  }
+  // uniqueItems is an annotation: accepted, not enforced.
+  check({R"({"type": "array", "uniqueItems": true})", {"[1, 1]", "[]"}, {"{}"}});
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // reads back with arguments of the schema's types.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error.h"
 #include "core/rng.h"
 #include "grammar/json_shape.h"
@@ -124,21 +126,137 @@ TEST(ToolGrammar, Errors) {
       error_of(ojson::parse(R"([{"type": "function", "function": {"name": "a>b"}}])")),
       "tool call format: function name 'a>b' cannot be written as <function=NAME> (it must be "
       "non-empty, without '>' or newlines, and not start or end with whitespace)");
+}
+
+// What each tool schema leaves unenforced, as "parameter:keyword".
+std::vector<std::string> degraded(const ojson& tools) {
+  std::vector<grammar::ToolDegradation> d;
+  grammar::CompiledGrammar(grammar::tool_call_grammar(tools, {}, *qwen3_vocab(), &d),
+                           qwen3_vocab());
+  std::vector<std::string> out;
+  for (const auto& x : d) out.push_back(x.parameter + ":" + x.keyword);
+  return out;
+}
+
+ojson one_tool(const std::string& properties, const std::string& extra = "") {
+  return ojson::parse(fmt::format(
+      R"([{{"type": "function", "function": {{"name": "f", "parameters": {{"type": "object",
+          "properties": {}{}}}}}}}])",
+      properties, extra));
+}
+
+TEST(ToolGrammar, SchemasDegrade) {
+  using V = std::vector<std::string>;
+  // Dropped: each names its parameter and keyword.
+  const std::pair<const char*, const char*> dropped[] = {
+      {R"({"type": "string", "format": "iri"})", "format"},
+      {R"({"type": "string", "maxLength": 524288})", "maxLength"},
+      {R"({"type": "array", "items": {"type": "string"}, "maxItems": 100000})", "maxItems"},
+      {R"({"type": "object", "patternProperties": {"^a": {"type": "integer"}},
+           "additionalProperties": false})",
+       "patternProperties"},
+      {R"({"type": "integer", "multipleOf": 0.5})", "multipleOf"},
+      {R"({"type": "object", "maxProperties": 100})", "maxProperties"},
+      {R"({"type": "array", "contains": {"type": "integer"}})", "contains"},
+      {R"({"type": "string", "not": {"const": "x"}})", "not"},
+      {R"({"type": "string", "if": {"minLength": 2}})", "if"},
+      {R"({"type": "object", "dependentRequired": {"a": ["b"]}})", "dependentRequired"},
+      {R"({"type": "string", "pattern": "(?=a)b"})", "pattern"},
+      {R"({"$ref": "https://example.com/x.json"})", "$ref"},
+      {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})", "oneOf"},
+  };
+  for (const auto& [schema, keyword] : dropped)
+    EXPECT_EQ(degraded(one_tool(fmt::format(R"({{"p": {}}})", schema))),
+              (V{std::string("p:") + keyword}))
+        << schema;
+  // Supported in both modes: nothing is dropped.
+  for (
+      const char* schema :
+      {R"({"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {"type": "string"}})",
+       R"({"type": "object", "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": true})",
+       R"({"type": "string", "format": "uri"})", R"({"type": "string", "format": "uri-reference"})",
+       R"({"type": "string", "format": "hostname"})", R"({"type": "string", "format": "ipv6"})",
+       R"({"type": "object", "minProperties": 1, "maxProperties": 3})",
+       R"({"type": "array", "uniqueItems": true})", R"({"type": "integer", "multipleOf": 5})"})
+    EXPECT_EQ(degraded(one_tool(fmt::format(R"({{"p": {}}})", schema))), V{}) << schema;
+  // A schema too large for the grammar: the parameter becomes any array.
+  std::string many = "[";
+  for (int i = 0; i < 300; ++i) many += fmt::format("{}\"value number {}\"", i ? "," : "", i);
   EXPECT_EQ(
-      error_of(ojson::parse(
-          R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"enum": [1, 2]}}}}}])")),
-      "tool 'f': no value of parameter 'x' can be written in the tool-call format (its schema "
-      "needs a type that tern's parser reads)");
-  EXPECT_EQ(
-      error_of(ojson::parse(
-          R"([{"function": {"name": "f", "parameters": {"properties": {}, "required": ["y"]}}}])")),
-      "tool 'f': required parameter \"y\" is not among its properties");
-  EXPECT_NE(
-      error_of(
-          ojson::parse(
-              R"([{"function": {"name": "f", "parameters": {"properties": {"x": {"type": "string", "not": {}}}}}}])"))
-          .find("unsupported keyword 'not'"),
-      std::string::npos);
+      degraded(one_tool(fmt::format(
+          R"({{"p": {{"type": "array", "items": {{"type": "string", "enum": {}]}}, "maxItems": 900}}}})",
+          many))),
+      V{"p:schema"});
+  // Unreadable arguments: any parameters; a required name that is not a property is dropped.
+  EXPECT_EQ(degraded(ojson::parse(R"([{"function": {"name": "f", "parameters": [1]}}])")),
+            V{":parameters"});
+  EXPECT_EQ(degraded(one_tool("{}", R"(, "required": ["y"])")), V{":required"});
+  EXPECT_EQ(degraded(one_tool(R"({"x": {"enum": [1, 2]}})")), V{"x:schema"});
+}
+
+// A degraded parameter still parses back: any text of its declared type.
+TEST(ToolGrammar, DegradedValuesParse) {
+  const ojson tools = one_tool(
+      R"({"url": {"type": "string", "format": "iri", "maxLength": 524288},
+          "n": {"type": "integer", "not": {"const": 3}},
+          "rec": {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {"type": "number"}}})",
+      R"(, "required": ["url"])");
+  auto g = std::make_shared<const grammar::CompiledGrammar>(
+      grammar::tool_call_grammar(tools, {}, *qwen3_vocab()), qwen3_vocab());
+  grammar::Matcher m(g);
+  EXPECT_TRUE(
+      feed(m,
+           "<tool_call>\n<function=f>\n<parameter=rec>\n{\"a b\": 1.5}\n</parameter>\n"
+           "<parameter=url>\nanything at all\n</parameter>\n<parameter=n>\n3\n</parameter>\n"
+           "</function>\n</tool_call>"));
+  EXPECT_TRUE(m.can_end());
+}
+
+// Parameters in any order, each once, the required ones present.
+TEST(ToolGrammar, ParametersInAnyOrder) {
+  const uint64_t seed = (uint64_t(std::random_device()()) << 32) | std::random_device()();
+  SCOPED_TRACE(seed);
+  CounterRng rng(seed);
+  const std::vector<std::pair<std::string, std::string>> params = {
+      {"city", "Paris"},          {"days", "3"},   {"unit", "celsius"}, {"hourly", "true"},
+      {"coords", "{\"lat\": 1}"}, {"note", "null"}};
+  auto g = tool_grammar();
+  auto accepted = [&](const std::vector<size_t>& order) {
+    std::string text = "<tool_call>\n<function=get_weather>\n";
+    for (size_t i : order)
+      text += "<parameter=" + params[i].first + ">\n" + params[i].second + "\n</parameter>\n";
+    grammar::Matcher m(g);
+    return feed(m, text + "</function>\n</tool_call>") && m.can_end();
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (i == 0 || rng.next_u64() % 2) order.push_back(i);
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next_u64() % i]);
+    EXPECT_TRUE(accepted(order)) << ::testing::PrintToString(order);
+    std::vector<size_t> twice = order;  // one of them again, anywhere
+    twice.insert(twice.begin() + long(rng.next_u64() % (twice.size() + 1)),
+                 order[rng.next_u64() % order.size()]);
+    EXPECT_FALSE(accepted(twice)) << ::testing::PrintToString(twice);
+    std::vector<size_t> missing;  // without the required "city"
+    for (size_t i : order)
+      if (i != 0) missing.push_back(i);
+    EXPECT_FALSE(accepted(missing)) << ::testing::PrintToString(missing);
+  }
+  // Beyond kAnyOrderParameters, the schema's order.
+  std::string props = "{";
+  for (int i = 0; i <= grammar::kAnyOrderParameters; ++i)
+    props += fmt::format(R"({}"p{}": {{"type": "integer"}})", i ? "," : "", i);
+  auto big = std::make_shared<const grammar::CompiledGrammar>(
+      grammar::tool_call_grammar(one_tool(props + "}"), {}, *qwen3_vocab()), qwen3_vocab());
+  auto call = [&](const std::vector<int>& order) {
+    std::string text = "<tool_call>\n<function=f>\n";
+    for (int i : order) text += fmt::format("<parameter=p{}>\n{}\n</parameter>\n", i, i);
+    grammar::Matcher m(big);
+    return feed(m, text + "</function>\n</tool_call>") && m.can_end();
+  };
+  EXPECT_TRUE(call({0, 1, 2}));
+  EXPECT_FALSE(call({1, 0}));
 }
 
 }  // namespace
