@@ -55,7 +55,7 @@ struct Group {
 // strings are also intersected with the closing tags to avoid (about 25
 // times the states), hence the lower lenient limit.
 constexpr uint64_t kMaxCount = 10000;  // minLength, maxLength, minItems, maxItems
-constexpr uint64_t kMaxLenientCount = 1000;
+constexpr uint64_t kMaxLenientCount = 128;
 // minProperties / maxProperties: an object counts its members up to this.
 constexpr uint64_t kMaxPropertyCount = 16;
 
