@@ -184,7 +184,7 @@ TEST(ToolGrammar, SchemasDegrade) {
   for (int i = 0; i < 300; ++i) many += fmt::format("{}\"value number {}\"", i ? "," : "", i);
   EXPECT_EQ(
       degraded(one_tool(fmt::format(
-          R"({{"p": {{"type": "array", "items": {{"type": "string", "enum": {}]}}, "maxItems": 900}}}})",
+          R"({{"p": {{"type": "array", "items": {{"type": "string", "enum": {}]}}, "maxItems": 100}}}})",
           many))),
       V{"p:schema"});
   // Unreadable arguments: any parameters; a required name that is not a property is dropped.
