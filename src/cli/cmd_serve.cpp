@@ -1,6 +1,7 @@
 // tern serve: the OpenAI-compatible server (server/) over the engine, with the
 // session cache. Listens first (/health says 503 while the model loads), then
 // loads, then serves until SIGINT or SIGTERM.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -37,7 +38,8 @@ struct ServeCmd {
   size_t max_queue = 64;
   std::string cache_mem = "4G";
   int64_t snapshot_every = 4096;
-  std::string served_name, tokenizer, script, dummy;
+  std::vector<std::string> served_names;
+  std::string tokenizer, script, dummy;
 };
 
 // The scripted backend's replies: JSON lines {"trigger": "...", "reply": "..."}.
@@ -103,17 +105,20 @@ int serve(const ServeCmd& o) {
                 [&] { return double(engine.cache().bytes()); });
   metrics.gauge("tern_cache_budget_bytes", "The session cache's budget (--cache-mem).",
                 [&] { return double(engine.cache().budget()); });
-  const std::string name = o.served_name.empty()
-                               ? std::filesystem::path(o.model.model).filename().string()
-                               : o.served_name;
+  std::vector<std::string> names = o.served_names;
+  if (names.empty() || names == std::vector<std::string>{"*"})
+    names.insert(names.begin(), o.dummy.empty()
+                                    ? std::filesystem::path(o.model.model).filename().string()
+                                    : o.dummy);
   tok.cache_segments(kSegmentCacheBytes);  // each turn re-sends the history's text
   // Structured outputs: the vocabulary's bytes once; grammars compiled per
   // request (in the HTTP thread that parses it) and cached by schema.
   grammar::GrammarCache grammars(grammar::vocab_of(tok, backend->config().vocab), 256);
   grammar::warm_up(grammars.vocab());  // the JSON string and number positions' masks
-  http.ready(scheduler, {&tok, name, engine.ctx_size(), &grammars, engine.end_ids()});
-  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})", name, o.http.host,
-               http.port(), backend->name(), engine.ctx_size(), o.cache_mem);
+  http.ready(scheduler, {&tok, names, engine.ctx_size(), &grammars, engine.end_ids()});
+  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})",
+               fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
+               o.cache_mem);
 
   int sig = 0;
   sigwait(&stop, &sig);
@@ -141,8 +146,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--snapshot-every", o->snapshot_every,
                   "Snapshot the state every N prompt tokens inside long prompts (0: never)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
-  cmd->add_option("--served-model-name", o->served_name,
-                  "Model name in the API (default: the folder's)");
+  cmd->add_option("--served-model-name", o->served_names,
+                  "Model name in the API (default: the folder's); repeatable for aliases, '*' "
+                  "answers any name (reporting the asked one back)");
   cmd->add_option(
       "--cors-origin", o->http.cors_origins,
       "Allow browser requests from this origin beyond loopback ones (repeatable; * for any)");

@@ -116,6 +116,7 @@ Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delt
   const PrefillPlan plan = plan_prefill(r.prompt, policy_);
   Session s = cache_.acquire(r.prompt, plan);
   res.cached_tokens = int64_t(s.tokens.size());
+  res.cache_left_at = s.matched;
   s.generation_start = plan.generation_start;
   std::vector<float> none;
   for (const PrefillStop& stop : plan.stops) {

@@ -72,6 +72,9 @@ struct Result {
   bool stop_string = false;   // finish stop: by a stop string (else an end token)
   std::string stop_sequence;  // ... which one
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  // Where the prompt left the session cache: its longest common prefix with
+  // a cached conversation (reuse stops at the snapshot at or before it).
+  int64_t cache_left_at = 0;
   double prefill_s = 0, ttft_s = 0, decode_s = 0;  // decode: first token to last
   std::vector<float> token_gaps;                   // seconds between successive tokens
   int tool_calls = 0;

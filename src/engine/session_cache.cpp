@@ -11,11 +11,13 @@ Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan
   auto best = sessions_.end();
   int64_t best_len = 0;
   std::shared_ptr<Snapshot> best_snap;
+  int64_t matched = 0;
   for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
     const auto& t = it->tokens;
     const size_t n = std::min(t.size(), prompt.size());
     const int64_t common = int64_t(
         std::mismatch(t.begin(), t.begin() + ptrdiff_t(n), prompt.begin()).first - t.begin());
+    matched = std::max(matched, common);
     for (auto s = it->snapshots.rbegin(); s != it->snapshots.rend(); ++s) {
       if (s->first > common || !plan.stops_at(s->first)) continue;
       if (s->first > best_len ||
@@ -28,6 +30,7 @@ Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan
   if (best == sessions_.end()) {
     Session fresh;
     fresh.seq = be_.new_sequence();
+    fresh.matched = matched;
     return fresh;
   }
   best_snap->used = best->used = ++clock_;
@@ -45,6 +48,7 @@ Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan
     out.tokens.assign(prompt.begin(), prompt.begin() + best_len);
     out.snapshots.insert(best->snapshots.begin(), best->snapshots.upper_bound(best_len));
   }
+  out.matched = matched;
   update_bytes();
   return out;
 }

@@ -32,6 +32,7 @@ struct Session {
   std::vector<int32_t> tokens;                             // the token at each position of seq
   std::map<int64_t, std::shared_ptr<Snapshot>> snapshots;  // by length (prefilled positions)
   int64_t generation_start = 0;  // its last request's generation prompt began here
+  int64_t matched = 0;           // acquire: the prompt's longest common prefix with the cache
   uint64_t used = 0;             // LRU stamp
 };
 

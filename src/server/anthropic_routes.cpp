@@ -1,126 +1,11 @@
 #include "server/anthropic_routes.h"
 
+#include "server/anthropic_request.h"
 #include "server/openai_response.h"
 
 namespace tern::server {
 
 namespace {
-
-// Anthropic messages as the chat template's: tool_result blocks become tool
-// messages (before the user's text), tool_use blocks tool calls, thinking
-// blocks the assistant's reasoning.
-ojson chat_messages(const Fields& f) {
-  ojson out = ojson::array();
-  if (const ojson* sys = f.get("system"))
-    out.push_back({{"role", "system"}, {"content", parts_text(*sys, "system", {"text"})}});
-  const ojson* msgs = f.array("messages");
-  if (!msgs || msgs->empty()) bad_request("messages", "'messages' must be a non-empty list");
-  for (size_t i = 0; i < msgs->size(); ++i) {
-    const Fields m((*msgs)[i], element("messages", i));
-    const std::string role = m.string("role").value_or("");
-    if (role != "user" && role != "assistant")
-      bad_request(m.name("role"), "'{}' must be user or assistant, got '{}'", m.name("role"), role);
-    const ojson* content = m.get("content");
-    if (!content) bad_request(m.name("content"), "'{}' is required", m.name("content"));
-    if (content->is_string()) {
-      out.push_back({{"role", role}, {"content", content->get<std::string>()}});
-      continue;
-    }
-    if (!content->is_array())
-      bad_request(m.name("content"), "'{}' must be a string or a list of content blocks",
-                  m.name("content"));
-    std::string text, reasoning;
-    ojson calls = ojson::array();
-    for (size_t j = 0; j < content->size(); ++j) {
-      const std::string where = element(m.name("content"), j);
-      const Fields b((*content)[j], where);
-      const std::string type = b.string("type").value_or("");
-      if (type == "text") {
-        text += b.string("text").value_or("");
-      } else if (type == "tool_result" && role == "user") {
-        const ojson* c = b.get("content");
-        out.push_back(
-            {{"role", "tool"}, {"content", c ? parts_text(*c, b.name("content"), {"text"}) : ""}});
-      } else if (type == "tool_use" && role == "assistant") {
-        const ojson* input = b.object("input");
-        calls.push_back({{"function",
-                          {{"name", b.string("name").value_or("")},
-                           {"arguments", input ? *input : ojson::object()}}}});
-      } else if (type == "thinking" && role == "assistant") {
-        reasoning += b.string("thinking").value_or("");
-      } else if (type == "redacted_thinking" && role == "assistant") {
-        // Encrypted reasoning of another model: nothing to render.
-      } else if (type == "image" || type == "document") {
-        bad_request(b.name("type"), "'{}': {} blocks are not supported (this model takes text)",
-                    b.name("type"), type);
-      } else {
-        bad_request(b.name("type"), "'{}': a {} message cannot hold a '{}' block", b.name("type"),
-                    role, type);
-      }
-    }
-    if (role == "user" && text.empty() && !out.empty() && out.back()["role"] == "tool") continue;
-    ojson msg = {{"role", role}, {"content", text}};
-    if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
-    if (!calls.empty()) msg["tool_calls"] = tool_calls_of(calls, m.name("content"));
-    out.push_back(std::move(msg));
-  }
-  return out;
-}
-
-ChatSpec chat_spec(const Fields& f) {
-  ChatSpec c;
-  c.messages = chat_messages(f);
-  if (const ojson* tools = f.array("tools"); tools && !tools->empty()) {
-    ojson t = ojson::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const Fields tool((*tools)[i], element("tools", i));
-      const auto name = tool.string("name");
-      if (!name || name->empty())
-        bad_request(tool.name("name"), "'{}' is required", tool.name("name"));
-      ojson fn = {{"name", *name}, {"description", tool.string("description").value_or("")}};
-      if (const ojson* schema = tool.object("input_schema")) fn["parameters"] = *schema;
-      t.push_back({{"type", "function"}, {"function", fn}});
-    }
-    c.tools = parse_tools(t, "tools");
-  }
-  if (const ojson* tc = f.object("tool_choice")) {
-    const Fields choice(*tc, "tool_choice");
-    const std::string type = choice.string("type").value_or("auto");
-    if (type == "any")
-      c.tool_choice = "required";
-    else if (type == "tool")
-      c.tool_choice = "function", c.tool_name = choice.string("name").value_or("");
-    else if (type == "auto" || type == "none")
-      c.tool_choice = type;
-    else
-      bad_request("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none");
-    c.parallel_tool_calls = !choice.boolean("disable_parallel_tool_use").value_or(false);
-  }
-  c.thinking = false;  // Anthropic's default: no extended thinking
-  if (const ojson* th = f.object("thinking")) {
-    const Fields t(*th, "thinking");
-    const std::string type = t.string("type").value_or("");
-    if (type != "enabled" && type != "disabled")
-      bad_request("thinking.type", "'thinking.type' must be enabled or disabled");
-    c.thinking = type == "enabled";
-    if (type == "enabled") t.integer("budget_tokens", 1, INT32_MAX);
-  }
-  return c;
-}
-
-Request messages_request(const ojson& body, const ApiContext& ctx, bool count_only, bool& stream) {
-  const Fields f(body, "");
-  check_model(f, ctx);
-  Request r;
-  render_chat_into(r, chat_spec(f), ctx);
-  if (count_only) return r;
-  if (!f.get("max_tokens")) bad_request("max_tokens", "'max_tokens' is required");
-  stream = f.boolean("stream").value_or(false);
-  r.sampling = parse_sampling(f);
-  r.stop = parse_stop(f, "stop_sequences");
-  fit_context(r, f, {"max_tokens"}, ctx);
-  return r;
-}
 
 const char* stop_reason(const Result& r) {
   if (r.finish == Finish::length) return "max_tokens";
@@ -253,30 +138,27 @@ class MessagesWriter : public JobWriter {
 }  // namespace
 
 void add_anthropic_routes(HttpServer& s) {
-  s.http().Post("/v1/messages",
-                s.handler("/v1/messages", ErrorStyle::anthropic,
+  s.http().Post(
+      "/v1/messages",
+      s.handler("/v1/messages", ErrorStyle::anthropic,
+                [&s](const httplib::Request& req, httplib::Response& res) {
+                  if (!s.scheduler()) throw ApiError(503, "the model is still loading");
+                  MessagesRequest m =
+                      parse_messages_request(HttpServer::json_body(req), s.context(), false);
+                  auto w = std::make_shared<MessagesWriter>(m.model, int64_t(m.req.prompt.size()));
+                  if (m.stream) w->streaming();
+                  m.req.id = w->id();
+                  s.serve_job(req, res, "/v1/messages", std::move(m.req), m.stream, w);
+                }));
+  s.http().Post("/v1/messages/count_tokens",
+                s.handler("/v1/messages/count_tokens", ErrorStyle::anthropic,
                           [&s](const httplib::Request& req, httplib::Response& res) {
                             if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-                            bool stream = false;
-                            Request r = messages_request(HttpServer::json_body(req), s.context(),
-                                                         false, stream);
-                            auto w = std::make_shared<MessagesWriter>(s.context().model,
-                                                                      int64_t(r.prompt.size()));
-                            if (stream) w->streaming();
-                            r.id = w->id();
-                            s.serve_job(req, res, "/v1/messages", std::move(r), stream, w);
+                            const MessagesRequest m = parse_messages_request(
+                                HttpServer::json_body(req), s.context(), true);
+                            res.set_content(ojson{{"input_tokens", m.req.prompt.size()}}.dump(),
+                                            "application/json");
                           }));
-  s.http().Post(
-      "/v1/messages/count_tokens",
-      s.handler(
-          "/v1/messages/count_tokens", ErrorStyle::anthropic,
-          [&s](const httplib::Request& req, httplib::Response& res) {
-            if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-            bool stream = false;
-            const Request r =
-                messages_request(HttpServer::json_body(req), s.context(), true, stream);
-            res.set_content(ojson{{"input_tokens", r.prompt.size()}}.dump(), "application/json");
-          }));
 }
 
 }  // namespace tern::server

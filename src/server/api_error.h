@@ -9,6 +9,9 @@
 
 namespace tern::server {
 
+// Which API's error shape and wording a refusal takes.
+enum class ErrorStyle { openai, anthropic };
+
 class ApiError : public Error {
  public:
   ApiError(int http_status, const std::string& message, std::string param_name = "",

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "core/json_text.h"
+#include "server/openai_response.h"
 #include "server/peer_socket.h"
 
 namespace tern::server {
@@ -59,7 +61,18 @@ void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
 
 }  // namespace
 
-void send_error(httplib::Response& res, const ApiError& e, ErrorStyle style) {
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e,
+                ErrorStyle style) {
+  // One warning line per refusal: the client's x-request-id (else a new
+  // id), endpoint, status and message, JSON-quoted so that nothing a client
+  // sent can start a line of its own. Never the body or the key.
+  std::string id = req.get_header_value("x-request-id");
+  if (id.empty() || id.size() > 64) id = random_id("req_");
+  auto quote = [](const std::string& text) {
+    return ojson(text).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  };
+  spdlog::warn("request id={} endpoint={} status={} error={}", quote(id), quote(req.path), e.status,
+               quote(e.what()));
   res.status = e.status;
   ojson body;
   if (style == ErrorStyle::anthropic) {
@@ -95,17 +108,17 @@ HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metri
   srv_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413)
-      send_error(res, ApiError(413, "the request body is larger than the server accepts"));
+      send_error(req, res, ApiError(413, "the request body is larger than the server accepts"));
     else if (res.status == 404)
-      send_error(res, ApiError(404, "no route " + req.method + " " + req.path));
+      send_error(req, res, ApiError(404, "no route " + req.method + " " + req.path));
     else if (res.status == 405)
-      send_error(res, ApiError(405, "method " + req.method + " not allowed on " + req.path));
+      send_error(req, res, ApiError(405, "method " + req.method + " not allowed on " + req.path));
     else if (res.status >= 400)
-      send_error(res, ApiError(res.status, "the request could not be read"));
+      send_error(req, res, ApiError(res.status, "the request could not be read"));
   });
   srv_.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        send_error(res, ApiError(500, "internal error"));
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+        send_error(req, res, ApiError(500, "internal error"));
       });
   add_routes();
 }
@@ -117,13 +130,15 @@ HttpServer::~HttpServer() {
 bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
   // DNS rebinding: a page on another name that resolves to 127.0.0.1.
   if (loopback_bind(opt_.host) && !loopback_host(req.get_header_value("Host"))) {
-    send_error(res, ApiError(403, "Host '" + req.get_header_value("Host") + "' is not allowed"));
+    send_error(req, res,
+               ApiError(403, "Host '" + req.get_header_value("Host") + "' is not allowed"));
     return false;
   }
   const std::string origin = req.get_header_value("Origin");
   if (!origin.empty()) {
     if (!origin_allowed(origin, opt_.cors_origins)) {
-      send_error(res, ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"));
+      send_error(req, res,
+                 ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"));
       return false;
     }
     res.set_header("Access-Control-Allow-Origin", origin);
@@ -143,7 +158,7 @@ bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
     return true;
   const bool anthropic = req.path.starts_with("/v1/messages");
   metrics_.request(req.path, 401);
-  send_error(res,
+  send_error(req, res,
              ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
                                                                         : "invalid API key"),
              anthropic ? ErrorStyle::anthropic : ErrorStyle::openai);
@@ -168,18 +183,10 @@ void HttpServer::stop() {
 }
 
 ojson HttpServer::json_body(const httplib::Request& req) {
-  // Deep nesting is refused while parsing: what reads it later (the chat
-  // template's tojson, error messages) recurses.
-  static constexpr int kMaxDepth = 64;
-  const auto depth = [](int d, ojson::parse_event_t, ojson&) {
-    if (d > kMaxDepth)
-      throw ApiError(400, fmt::format("the body nests deeper than {} levels", kMaxDepth));
-    return true;
-  };
   try {
-    return ojson::parse(req.body, depth);
-  } catch (const ojson::exception& e) {
-    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+    return parse_json_text(req.body, "the body");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
   }
 }
 
@@ -190,10 +197,9 @@ httplib::Server::Handler HttpServer::handler(
     try {
       f(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e, style);
+      send_error(req, res, e, style);
     } catch (const std::exception& e) {
-      spdlog::error("{} failed: {}", endpoint, e.what());
-      send_error(res, ApiError(500, e.what()), style);
+      send_error(req, res, ApiError(500, e.what()), style);
     }
     metrics_.request(endpoint, res.status == -1 ? 200 : res.status);  // httplib sets 200 later
   };
@@ -219,7 +225,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
         "ttft_ms={:.1f} decode_tok_s={:.1f} finish={} cache_left_at={}",
         job.request().id, endpoint, out.prompt_tokens, out.cached_tokens, out.completion_tokens,
         std::chrono::duration<double, std::milli>(started - t0).count(), out.ttft_s * 1e3,
-        out.decode_tok_s(), finish_name(out.finish), out.cached_tokens);
+        out.decode_tok_s(), finish_name(out.finish), out.cache_left_at);
   };
   auto job = sched->submit(std::move(r), on_end);
   if (!job) throw ApiError(429, "the server is busy: too many requests are queued");
@@ -286,6 +292,10 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
 }
 
 void HttpServer::add_routes() {
+  // Agents probe the root before their first request (GET, and HEAD through GET).
+  srv_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ojson{{"name", "tern"}, {"status", "ok"}}.dump(), "application/json");
+  });
   srv_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool up = scheduler() != nullptr;
     res.status = up ? 200 : 503;

@@ -32,9 +32,9 @@ struct ServeOptions {
   bool idle_prefill = true;  // prefill a chat's likely next turn while idle
 };
 
-// Errors as each API writes them.
-enum class ErrorStyle { openai, anthropic };
-void send_error(httplib::Response& res, const ApiError& e, ErrorStyle style = ErrorStyle::openai);
+// Errors as each API writes them, each with one warning line in the log.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e,
+                ErrorStyle style = ErrorStyle::openai);
 
 // How an API turns a job's output into bytes.
 class JobWriter {

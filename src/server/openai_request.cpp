@@ -1,48 +1,10 @@
 #include "server/openai_request.h"
 
-#include <random>
+#include <algorithm>
 
 #include "core/error.h"
 
-#include "tokenizer/chat_template.h"
-#include "tokenizer/next_turn.h"
-#include "tokenizer/output_parser.h"
-
 namespace tern::server {
-
-namespace {
-
-constexpr int64_t kMaxStops = 16;
-
-}  // namespace
-
-ojson tool_calls_of(const ojson& calls, const std::string& where) {
-  ojson out = ojson::array();
-  for (size_t j = 0; j < calls.size(); ++j) {
-    const Fields call(calls[j], element(where, j));
-    const ojson* fn = call.object("function");
-    if (!fn) bad_request(call.name("function"), "'{}' is required", call.name("function"));
-    const Fields f(*fn, call.name("function"));
-    const auto name = f.string("name");
-    if (!name || name->empty()) bad_request(f.name("name"), "'{}' is required", f.name("name"));
-    ojson args = ojson::object();
-    if (const ojson* a = f.get("arguments")) {
-      if (a->is_string()) {
-        try {
-          args = ojson::parse(a->get<std::string>());
-        } catch (const std::exception&) {
-          bad_request(f.name("arguments"), "'{}' is not valid JSON", f.name("arguments"));
-        }
-      } else {
-        args = *a;
-      }
-      if (!args.is_object())
-        bad_request(f.name("arguments"), "'{}' must be a JSON object", f.name("arguments"));
-    }
-    out.push_back({{"type", "function"}, {"function", {{"name", *name}, {"arguments", args}}}});
-  }
-  return out;
-}
 
 namespace {
 
@@ -73,13 +35,6 @@ ojson messages_of(const ojson* msgs) {
   return out;
 }
 
-uint64_t random_seed() {
-  static std::mt19937_64 g{std::random_device{}()};
-  static std::mutex m;
-  std::lock_guard lock(m);
-  return g();
-}
-
 // Logprobs: chat's "logprobs": bool + "top_logprobs": n.
 int chat_logprobs(const Fields& f) {
   const bool on = f.boolean("logprobs").value_or(false);
@@ -89,7 +44,7 @@ int chat_logprobs(const Fields& f) {
 }
 
 void parse_common(ApiRequest& a, const Fields& f, const ApiContext& ctx) {
-  check_model(f, ctx);
+  a.model = check_model(f, ctx);
   a.stream = f.boolean("stream").value_or(false);
   if (const ojson* so = f.object("stream_options"))
     a.include_usage = Fields(*so, "stream_options").boolean("include_usage").value_or(false);
@@ -101,144 +56,31 @@ void parse_common(ApiRequest& a, const Fields& f, const ApiContext& ctx) {
 
 }  // namespace
 
-void check_model(const Fields& f, const ApiContext& ctx) {
-  if (auto m = f.string("model"); m && *m != ctx.model)
-    throw ApiError(404,
-                   "The model '" + *m + "' does not exist (this server has '" + ctx.model + "')",
-                   "model", "model_not_found");
-}
-
-SamplingParams parse_sampling(const Fields& f) {
-  SamplingParams p;
-  p.temperature = float(f.number("temperature", 0, 100).value_or(1.0));
-  p.top_p = float(f.number("top_p", 0, 1).value_or(1.0));
-  if (p.top_p == 0) p.top_p = 1e-6f;  // OpenAI takes 0: the most likely token
-  p.top_k = int(f.integer("top_k", -1, 1 << 20).value_or(0));
-  if (p.top_k < 0) p.top_k = 0;  // -1: off, as vLLM takes it
-  p.min_p = float(f.number("min_p", 0, 1).value_or(0.0));
-  p.presence_penalty = float(f.number("presence_penalty", -2, 2).value_or(0.0));
-  p.frequency_penalty = float(f.number("frequency_penalty", -2, 2).value_or(0.0));
-  p.repetition_penalty = float(f.number("repetition_penalty", 0.01, 10).value_or(1.0));
-  const auto seed = f.integer("seed", INT64_MIN, INT64_MAX);
-  p.seed = seed ? uint64_t(*seed) : random_seed();
-  return p;
-}
-
-std::vector<std::string> parse_stop(const Fields& f, const std::string& key) {
-  const ojson* v = f.get(key);
-  if (!v) return {};
-  if (v->is_string()) return {v->get<std::string>()};
-  if (!v->is_array() || int64_t(v->size()) > kMaxStops)
-    bad_request(key, "'{}' must be a string or a list of at most {} strings", key, kMaxStops);
-  std::vector<std::string> out;
-  for (const ojson& s : *v) {
-    if (!s.is_string()) bad_request(key, "'{}' must hold strings only", key);
-    out.push_back(s.get<std::string>());
+ToolChoice openai_tool_choice(const Fields& f) {
+  using Mode = ToolChoice::Mode;
+  ToolChoice c;
+  c.parallel = f.boolean("parallel_tool_calls").value_or(true);
+  const ojson* v = f.get("tool_choice");
+  if (!v) return c;
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    if (s == "auto") return c;
+    if (s != "none" && s != "required")
+      bad_request("tool_choice", "'tool_choice' must be none, auto, required or a function");
+    c.mode = s == "none" ? Mode::none : Mode::required;
+    return c;
   }
-  return out;
-}
-
-void fit_context(Request& r, const Fields& f, std::initializer_list<const char*> keys,
-                 const ApiContext& ctx) {
-  const int64_t n = int64_t(r.prompt.size());
-  if (n == 0) bad_request("prompt", "the prompt is empty");
-  if (n >= ctx.ctx_size)
-    bad_request("messages",
-                "This model's maximum context length is {} tokens. However, your prompt has {} "
-                "tokens. Please reduce the length of the prompt.",
-                ctx.ctx_size, n);
-  std::optional<int64_t> max;
-  for (const char* k : keys)
-    if (!max) max = f.integer(k, 1, INT32_MAX);
-  if (max && n + *max > ctx.ctx_size)
-    bad_request("max_tokens",
-                "This model's maximum context length is {} tokens. However, you requested {} "
-                "tokens ({} in the prompt, {} for the completion).",
-                ctx.ctx_size, n + *max, n, *max);
-  r.max_tokens = int(max.value_or(ctx.ctx_size - n));
-}
-
-ojson parse_tools(const ojson& tools, const std::string& where) {
-  if (!tools.is_array()) bad_request(where, "'{}' must be a list", where);
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const Fields t(tools[i], element(where, i));
-    const std::string type = t.string("type").value_or("function");
-    if (type != "function")
-      bad_request(t.name("type"), "'{}': tools of type '{}' are not supported (function only)",
-                  t.name("type"), type);
-    const ojson* fn = t.object("function");
-    if (!fn) bad_request(t.name("function"), "'{}' is required", t.name("function"));
-    const Fields f(*fn, t.name("function"));
-    const auto name = f.string("name");
-    if (!name || name->empty()) bad_request(f.name("name"), "'{}' is required", f.name("name"));
-    f.string("description");
-    f.object("parameters");
-    out.push_back(tools[i]);
-  }
-  return out;
-}
-
-namespace {
-
-// r.constraint for `want` (nothing when it asks for no constraint); grammar
-// errors (an unsupported schema keyword, a bad GBNF) are 400s naming `field`.
-void constrain(Request& r, const grammar::ConstraintRequest& want, const std::string& field,
-               const ApiContext& ctx) {
-  if (want.empty()) return;
-  if (!ctx.grammars) bad_request(field, "this server has no tokenizer for structured outputs");
-  try {
-    r.constraint = grammar::make_constraint(want, *ctx.grammars, r.in_reasoning, ctx.end_ids);
-  } catch (const Error& e) {
-    bad_request(field, "{}", e.what());
-  }
-}
-
-}  // namespace
-
-void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where) {
-  c.format_field = where;
-  try {
-    grammar::response_format(format, where, c.format);
-  } catch (const Error& e) {
-    bad_request(where, "{}", e.what());
-  }
-}
-
-void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
-  ojson render = {{"messages", c.messages}, {"add_generation_prompt", true}};
-  if (c.tool_choice != "none" && !c.tools.is_null()) render["tools"] = c.tools;
-  if (c.thinking) render["enable_thinking"] = *c.thinking;
-  std::string text;
-  try {
-    text = render_chat(render);
-  } catch (const ChatTemplateError& e) {
-    bad_request("messages", "{}", e.what());
-  }
-  r.prompt = ctx.tok->encode(text);
-  r.in_reasoning = prompt_opens_reasoning(text);
-  r.next_turn = [render = std::move(render), tok = ctx.tok](const ParsedDelta& answer) {
-    return next_turn_prefix(render, *tok, answer);
-  };
-  r.tools = c.tools;
-  r.tool_calls = c.tool_choice != "none";
-  using Tools = grammar::ConstraintRequest::Tools;
-  grammar::ConstraintRequest want = c.format;
-  const bool have_tools = !c.tools.is_null() && !c.tools.empty();
-  if ((c.tool_choice == "required" || c.tool_choice == "function") && !have_tools)
-    bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list", c.tool_choice);
-  if (have_tools && c.tool_choice != "none") {
-    want.tools = c.tool_choice == "required"   ? Tools::required
-                 : c.tool_choice == "function" ? Tools::named
-                                               : Tools::automatic;
-    want.tool_list = c.tools;
-    want.function = c.tool_name;
-    want.parallel = c.parallel_tool_calls;
-  }
-  constrain(
-      r, want,
-      want.answer != grammar::ConstraintRequest::Answer::free ? c.format_field : "tool_choice",
-      ctx);
+  const Fields tc(*v, "tool_choice");
+  const std::string type = tc.string("type").value_or("function");
+  if (type != "function")
+    bad_request("tool_choice.type", "'tool_choice.type' must be function, got '{}'", type);
+  const ojson* fn = tc.object("function");
+  auto name = fn ? Fields(*fn, "tool_choice.function").string("name") : tc.string("name");
+  if (!name || name->empty())
+    bad_request("tool_choice", "'tool_choice' names no function (function.name or name)");
+  c.mode = Mode::function;
+  c.function = *name;
+  return c;
 }
 
 ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
@@ -248,20 +90,7 @@ ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
   ChatSpec c;
   c.messages = messages_of(f.array("messages"));
   if (const ojson* t = f.array("tools"); t && !t->empty()) c.tools = parse_tools(*t, "tools");
-  if (const ojson* choice = f.get("tool_choice")) {
-    if (choice->is_string()) {
-      c.tool_choice = choice->get<std::string>();
-    } else {
-      const Fields tc(*choice, "tool_choice");
-      const ojson* fn = tc.object("function");
-      c.tool_choice = "function";
-      c.tool_name = fn ? Fields(*fn, "tool_choice.function").string("name").value_or("") : "";
-    }
-    if (c.tool_choice != "auto" && c.tool_choice != "none" && c.tool_choice != "required" &&
-        c.tool_choice != "function")
-      bad_request("tool_choice", "'tool_choice' must be none, auto, required or a function");
-  }
-  c.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
+  c.choice = openai_tool_choice(f);
   c.thinking = f.boolean("enable_thinking");
   if (const ojson* kw = f.object("chat_template_kwargs"))
     if (auto t = Fields(*kw, "chat_template_kwargs").boolean("enable_thinking")) c.thinking = t;
@@ -271,7 +100,10 @@ ApiRequest parse_chat_request(const ojson& body, const ApiContext& ctx) {
   render_chat_into(a.req, c, ctx);
   a.req.stop = parse_stop(f, "stop");
   a.req.logprobs = chat_logprobs(f);
-  fit_context(a.req, f, {"max_completion_tokens", "max_tokens"}, ctx);
+  auto max = f.integer("max_completion_tokens", 1, INT32_MAX);
+  const char* max_field = max ? "max_completion_tokens" : "max_tokens";
+  if (!max) max = f.integer("max_tokens", 1, INT32_MAX);
+  fit_context(a.req, max, max_field, ctx, ErrorStyle::openai);
   return a;
 }
 
@@ -323,7 +155,7 @@ ApiRequest parse_completion_request(const ojson& body, const ApiContext& ctx) {
     bad_request(field, "{}", e.what());
   }
   constrain(a.req, want, field, ctx);
-  fit_context(a.req, f, {"max_tokens"}, ctx);
+  fit_context(a.req, f.integer("max_tokens", 1, INT32_MAX), "max_tokens", ctx, ErrorStyle::openai);
   if (!f.get("max_tokens")) a.req.max_tokens = std::min(a.req.max_tokens, 16);  // OpenAI's default
   return a;
 }

@@ -14,11 +14,11 @@ std::string sse(const ojson& j) {
 
 class OpenAiWriter : public JobWriter {
  public:
-  OpenAiWriter(const ApiContext& ctx, bool chat, bool include_usage, std::string echo)
-      : out_(*ctx.tok, ctx.model, chat),
+  OpenAiWriter(const ApiContext& ctx, const ApiRequest& a, bool chat)
+      : out_(*ctx.tok, a.model, chat),
         chat_(chat),
-        usage_(include_usage),
-        echo_(std::move(echo)) {}
+        usage_(a.include_usage),
+        echo_(a.echo ? a.prompt_text : "") {}
   const std::string& id() const { return out_.id(); }
   std::string content_type(bool stream) const override {
     return stream ? "text/event-stream" : "application/json";
@@ -68,8 +68,7 @@ void generate(HttpServer& s, const httplib::Request& req, httplib::Response& res
   const ojson body = HttpServer::json_body(req);
   ApiRequest a =
       chat ? parse_chat_request(body, s.context()) : parse_completion_request(body, s.context());
-  auto w = std::make_shared<OpenAiWriter>(s.context(), chat, a.include_usage,
-                                          a.echo ? a.prompt_text : "");
+  auto w = std::make_shared<OpenAiWriter>(s.context(), a, chat);
   if (a.stream) w->streaming();
   a.req.id = w->id();
   s.serve_job(req, res, chat ? "/v1/chat/completions" : "/v1/completions", std::move(a.req),
@@ -94,18 +93,29 @@ void add_openai_routes(HttpServer& s) {
                                          [&s](const httplib::Request& req, httplib::Response& res) {
                                            generate(s, req, res, false);
                                          }));
-  http.Get(
-      "/v1/models",
-      s.handler(
-          "/v1/models", ErrorStyle::openai, [&s](const httplib::Request&, httplib::Response& res) {
-            if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-            const ojson m = {{"id", s.context().model},
-                             {"object", "model"},
-                             {"created", 0},
-                             {"owned_by", "tern"},
-                             {"max_model_len", s.context().ctx_size}};
-            res.set_content(ojson{{"object", "list"}, {"data", {m}}}.dump(), "application/json");
-          }));
+  // OpenAI's list, with the context size where llama.cpp and vLLM put it
+  // and the fields of Anthropic's list beside them.
+  http.Get("/v1/models",
+           s.handler("/v1/models", ErrorStyle::openai,
+                     [&s](const httplib::Request&, httplib::Response& res) {
+                       if (!s.scheduler()) throw ApiError(503, "the model is still loading");
+                       const ApiContext& ctx = s.context();
+                       ojson data = ojson::array();
+                       for (const std::string& name : ctx.listed_models())
+                         data.push_back({{"id", name},
+                                         {"object", "model"},
+                                         {"type", "model"},
+                                         {"display_name", name},
+                                         {"created", 0},
+                                         {"created_at", "1970-01-01T00:00:00Z"},
+                                         {"owned_by", "tern"},
+                                         {"max_model_len", ctx.ctx_size},
+                                         {"context_length", ctx.ctx_size}});
+                       ojson out = {{"object", "list"}, {"data", data}, {"has_more", false}};
+                       out["first_id"] = data.empty() ? ojson(nullptr) : data.front()["id"];
+                       out["last_id"] = data.empty() ? ojson(nullptr) : data.back()["id"];
+                       res.set_content(out.dump(), "application/json");
+                     }));
   http.Post(
       "/tokenize",
       s.handler("/tokenize", ErrorStyle::openai,

@@ -1,135 +1,13 @@
 #include "server/responses_routes.h"
 
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 
 #include "server/openai_response.h"
+#include "server/responses_request.h"
 
 namespace tern::server {
 
 namespace {
-
-// Input items as chat messages appended to `out`.
-void add_items(ojson& out, const ojson& input) {
-  if (input.is_string()) {
-    out.push_back({{"role", "user"}, {"content", input.get<std::string>()}});
-    return;
-  }
-  if (!input.is_array()) bad_request("input", "'input' must be a string or a list of items");
-  std::string reasoning;  // a reasoning item goes with the assistant turn after it
-  auto assistant = [&]() -> ojson& {
-    if (out.empty() || out.back()["role"] != "assistant")
-      out.push_back({{"role", "assistant"}, {"content", ""}});
-    if (!reasoning.empty()) out.back()["reasoning_content"] = std::exchange(reasoning, "");
-    return out.back();
-  };
-  for (size_t i = 0; i < input.size(); ++i) {
-    const Fields it(input[i], element("input", i));
-    const std::string type = it.string("type").value_or("message");
-    if (type == "message") {
-      std::string role = it.string("role").value_or("");
-      if (role == "developer") role = "system";
-      if (role != "user" && role != "assistant" && role != "system")
-        bad_request(it.name("role"), "'{}' must be user, assistant, system or developer",
-                    it.name("role"));
-      const ojson* c = it.get("content");
-      ojson msg = {
-          {"role", role},
-          {"content",
-           c ? parts_text(*c, it.name("content"), {"input_text", "output_text", "text"}) : ""}};
-      if (role == "assistant" && !reasoning.empty())
-        msg["reasoning_content"] = std::exchange(reasoning, "");
-      out.push_back(std::move(msg));
-    } else if (type == "function_call") {
-      ojson& a = assistant();
-      if (!a.contains("tool_calls")) a["tool_calls"] = ojson::array();
-      const ojson call = {{"function",
-                           {{"name", it.string("name").value_or("")},
-                            {"arguments", it.string("arguments").value_or("{}")}}}};
-      a["tool_calls"].push_back(tool_calls_of(ojson::array({call}), it.name("arguments"))[0]);
-    } else if (type == "function_call_output") {
-      const ojson* o = it.get("output");
-      out.push_back(
-          {{"role", "tool"},
-           {"content",
-            o ? parts_text(*o, it.name("output"), {"input_text", "output_text", "text"}) : ""}});
-    } else if (type == "reasoning") {
-      if (const ojson* c = it.array("content"))
-        for (const ojson& p : *c) reasoning += p.value("text", "");
-    } else {
-      bad_request(it.name("type"), "'{}': input items of type '{}' are not supported",
-                  it.name("type"), type);
-    }
-  }
-}
-
-struct ResponsesRequest {
-  Request req;
-  ojson conversation;  // what a follow-up continues (without the instructions)
-  bool stream = false, store = true;
-  std::string previous;
-};
-
-ResponsesRequest parse(const ojson& body, const ApiContext& ctx, ResponseStore& store) {
-  const Fields f(body, "");
-  check_model(f, ctx);
-  ResponsesRequest r;
-  if (auto prev = f.string("previous_response_id")) {
-    auto stored = store.get(*prev);
-    if (!stored)
-      throw ApiError(404, "Previous response with id '" + *prev + "' not found.",
-                     "previous_response_id");
-    r.conversation = *stored;
-    r.previous = *prev;
-  } else {
-    r.conversation = ojson::array();
-  }
-  const ojson* input = f.get("input");
-  if (!input) bad_request("input", "'input' is required");
-  add_items(r.conversation, *input);
-  ChatSpec c;
-  if (auto instr = f.string("instructions"))
-    c.messages.push_back({{"role", "system"}, {"content", *instr}});
-  for (const ojson& m : r.conversation) c.messages.push_back(m);
-  if (const ojson* tools = f.array("tools")) {
-    ojson fns = ojson::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const Fields t((*tools)[i], element("tools", i));
-      const std::string type = t.string("type").value_or("");
-      if (type != "function") {
-        spdlog::warn("responses: tool of type '{}' ignored (function tools only)", type);
-        continue;
-      }
-      ojson fn = {{"name", t.string("name").value_or("")},
-                  {"description", t.string("description").value_or("")}};
-      if (const ojson* p = t.object("parameters")) fn["parameters"] = *p;
-      fns.push_back({{"type", "function"}, {"function", fn}});
-    }
-    if (!fns.empty()) c.tools = parse_tools(fns, "tools");
-  }
-  if (const ojson* tc = f.get("tool_choice")) {
-    if (tc->is_string()) {
-      c.tool_choice = tc->get<std::string>();
-    } else {
-      c.tool_choice = "function";
-      c.tool_name = Fields(*tc, "tool_choice").string("name").value_or("");
-    }
-  }
-  c.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
-  if (const ojson* rs = f.object("reasoning"))
-    if (auto effort = Fields(*rs, "reasoning").string("effort"); effort && *effort == "none")
-      c.thinking = false;
-  if (const ojson* text = f.object("text"))
-    if (const ojson* fmt = Fields(*text, "text").object("format"))
-      parse_response_format(c, *fmt, "text.format");
-  render_chat_into(r.req, c, ctx);
-  r.req.sampling = parse_sampling(f);
-  fit_context(r.req, f, {"max_output_tokens"}, ctx);
-  r.stream = f.boolean("stream").value_or(false);
-  r.store = f.boolean("store").value_or(true);
-  return r;
-}
 
 std::string sse(const ojson& e) {
   return "event: " + e["type"].get<std::string>() +
@@ -141,7 +19,9 @@ class ResponsesWriter : public JobWriter {
   ResponsesWriter(const ApiContext& ctx, ResponsesRequest& r, ResponseStore& store)
       : ctx_(ctx),
         store_(store),
+        model_(r.model),
         conversation_(r.conversation),
+        namespaced_(r.namespaced),
         store_it_(r.store),
         previous_(r.previous),
         id_(random_id("resp_")),
@@ -165,6 +45,8 @@ class ResponsesWriter : public JobWriter {
       ojson item = {
           {"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", random_id("call_")},
           {"name", c.name},          {"arguments", ""},        {"status", "in_progress"}};
+      if (auto ns = namespaced_.find(c.name); ns != namespaced_.end())
+        item["namespace"] = ns->second.first, item["name"] = ns->second.second;
       s += emit({{"type", "response.output_item.added"},
                  {"output_index", output_.size()},
                  {"item", item}});
@@ -219,7 +101,7 @@ class ResponsesWriter : public JobWriter {
                  {"status", !r                            ? "in_progress"
                             : r->finish == Finish::length ? "incomplete"
                                                           : "completed"},
-                 {"model", ctx_.model},
+                 {"model", model_},
                  {"output", r ? output_ : ojson::array()},
                  {"previous_response_id", previous_.empty() ? ojson(nullptr) : ojson(previous_)},
                  {"store", store_it_},
@@ -302,7 +184,9 @@ class ResponsesWriter : public JobWriter {
 
   const ApiContext& ctx_;
   ResponseStore& store_;
+  std::string model_;
   ojson conversation_;
+  std::map<std::string, std::pair<std::string, std::string>> namespaced_;
   bool store_it_;
   std::string previous_, id_;
   int64_t created_;
@@ -319,8 +203,8 @@ void add_responses_routes(HttpServer& s, ResponseStore& store) {
                 s.handler("/v1/responses", ErrorStyle::openai,
                           [&s, &store](const httplib::Request& req, httplib::Response& res) {
                             if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-                            ResponsesRequest r =
-                                parse(HttpServer::json_body(req), s.context(), store);
+                            ResponsesRequest r = parse_responses_request(HttpServer::json_body(req),
+                                                                         s.context(), store);
                             auto w = std::make_shared<ResponsesWriter>(s.context(), r, store);
                             if (r.stream) w->streaming();
                             r.req.id = w->id();

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "core/error.h"
+#include "core/json_text.h"
 #include "tokenizer/python_format.h"
 
 namespace tern {
@@ -137,9 +139,9 @@ ojson arguments_object(const ojson& args) {
   if (args.is_object()) return args;
   if (args.is_string()) {
     try {
-      ojson parsed = ojson::parse(args.get_ref<const std::string&>());
+      ojson parsed = parse_json_text(args.get_ref<const std::string&>(), "arguments");
       if (parsed.is_object()) return parsed;
-    } catch (const nlohmann::json::exception&) {
+    } catch (const Error&) {
     }
   }
   reject("Tool call arguments must be a JSON object or a string holding one.");
@@ -211,7 +213,10 @@ std::string render_chat(const ojson& request) {
   if (has_tools) {
     out += "<|im_start|>system\n";
     out += kToolsHeader;
-    for (const ojson& tool : *tools) out += "\n" + py::json_dumps(tool);
+    for (const ojson& tool : *tools) {
+      out += '\n';  // appended apart: GCC 12 warns falsely (-Wrestrict) on "\n" + string
+      out += py::json_dumps(tool);
+    }
     out += "\n</tools>";
     out += kToolsInstructions;
     if (first_is_system) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "core/error.h"
+#include "core/json_text.h"
+
 namespace tern {
 namespace {
 
@@ -16,9 +19,11 @@ std::string_view trim_ws(std::string_view s) {
 }
 
 std::optional<ojson> parse_json(std::string_view text) {
-  ojson v = ojson::parse(text, nullptr, false);
-  if (v.is_discarded()) return std::nullopt;
-  return v;
+  try {
+    return parse_json_text(text, "a tool call");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<ToolCall> parse_json_call(std::string_view block) {

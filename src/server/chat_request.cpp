@@ -1,0 +1,97 @@
+#include "server/chat_request.h"
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/next_turn.h"
+#include "tokenizer/output_parser.h"
+
+namespace tern::server {
+
+namespace {
+
+std::string reminder(const std::string& text) {
+  return "<system-reminder>\n" + text + "\n</system-reminder>";
+}
+
+}  // namespace
+
+ojson place_system_messages(const ojson& messages) {
+  ojson out = ojson::array();
+  std::optional<std::string> leading;
+  std::string pending;  // later system texts waiting for a user message
+  for (const ojson& m : messages) {
+    const std::string text = m.value("content", "");
+    if (m.value("role", "") == "system") {
+      if (out.empty()) {
+        leading = !leading || leading->empty() ? text
+                  : text.empty()               ? *leading
+                                               : *leading + "\n\n" + text;
+      } else {
+        if (!pending.empty()) pending += '\n';
+        pending += reminder(text);
+      }
+      continue;
+    }
+    out.push_back(m);
+    if (!pending.empty() && m.value("role", "") == "user")
+      out.back()["content"] = std::exchange(pending, "") + "\n" + text;
+  }
+  if (!pending.empty()) {
+    if (!out.empty() && out.back().value("role", "") == "user")
+      out.back()["content"] = out.back().value("content", "") + "\n" + pending;
+    else
+      out.push_back({{"role", "user"}, {"content", pending}});
+  }
+  if (leading) out.insert(out.begin(), ojson{{"role", "system"}, {"content", *leading}});
+  return out;
+}
+
+void parse_response_format(ChatSpec& c, const ojson& format, const std::string& where) {
+  c.format_field = where;
+  try {
+    grammar::response_format(format, where, c.format);
+  } catch (const Error& e) {
+    bad_request(where, "{}", e.what());
+  }
+}
+
+void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
+  using Mode = ToolChoice::Mode;
+  const bool have_tools = !c.tools.is_null() && !c.tools.empty();
+  const bool calls = have_tools && c.choice.mode != Mode::none;
+  ojson render = {{"messages", place_system_messages(c.messages)}, {"add_generation_prompt", true}};
+  if (calls) render["tools"] = c.tools;
+  if (c.thinking) render["enable_thinking"] = *c.thinking;
+  std::string text;
+  try {
+    text = render_chat(render);
+  } catch (const ChatTemplateError& e) {
+    bad_request("messages", "{}", e.what());
+  }
+  r.prompt = ctx.tok->encode(text);
+  r.in_reasoning = prompt_opens_reasoning(text);
+  r.next_turn = [render = std::move(render), tok = ctx.tok](const ParsedDelta& answer) {
+    return next_turn_prefix(render, *tok, answer);
+  };
+  r.tools = c.tools;
+  r.tool_calls = calls;  // without tools, <tool_call> in the answer is text
+  using Tools = grammar::ConstraintRequest::Tools;
+  grammar::ConstraintRequest want = c.format;
+  if ((c.choice.mode == Mode::required || c.choice.mode == Mode::function) && !have_tools)
+    bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list",
+                c.choice.mode == Mode::required ? "required" : c.choice.function);
+  if (calls) {
+    want.tools = c.choice.mode == Mode::required   ? Tools::required
+                 : c.choice.mode == Mode::function ? Tools::named
+                                                   : Tools::automatic;
+    want.tool_list = c.tools;
+    want.function = c.choice.function;
+    want.parallel = c.choice.parallel;
+  }
+  constrain(
+      r, want,
+      want.answer != grammar::ConstraintRequest::Answer::free ? c.format_field : "tool_choice",
+      ctx);
+}
+
+}  // namespace tern::server
