@@ -148,11 +148,8 @@ function redact(h) {
 export const agents = {
   claude: {
     // Claude Code: Anthropic Messages at ANTHROPIC_BASE_URL.
-    recipe: ({ url, home, prompt }) => ({
-      files: {
-        // -p mode on a fresh HOME: onboarding done, no first-run dialogs.
-        [path.join(home, ".claude.json")]: JSON.stringify({ hasCompletedOnboarding: true, bypassPermissionsModeAccepted: true }),
-      },
+    // -p on a fresh HOME needs no login nor ~/.claude.json (no onboarding).
+    recipe: ({ url, prompt }) => ({
       env: {
         ANTHROPIC_BASE_URL: url,
         ANTHROPIC_AUTH_TOKEN: "none",
@@ -165,7 +162,6 @@ export const agents = {
         DISABLE_BUG_COMMAND: "1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
         CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL: "1",
-        CLAUDE_CODE_DISABLE_TERMINAL_TITLE: "1",
       },
       // As root, --dangerously-skip-permissions is refused: allow the two tools instead.
       cmd: bin("claude"),
