@@ -18,29 +18,25 @@ std::string reminder(const std::string& text) {
 ojson place_system_messages(const ojson& messages) {
   ojson out = ojson::array();
   std::optional<std::string> leading;
-  std::string pending;  // later system texts waiting for a user message
+  bool after_user = false;  // the previous message was a user message (or a reminder)
   for (const ojson& m : messages) {
-    const std::string text = m.value("content", "");
-    if (m.value("role", "") == "system") {
-      if (out.empty()) {
-        leading = !leading || leading->empty() ? text
-                  : text.empty()               ? *leading
-                                               : *leading + "\n\n" + text;
-      } else {
-        if (!pending.empty()) pending += '\n';
-        pending += reminder(text);
-      }
-      continue;
+    const std::string role = m.value("role", ""), text = m.value("content", "");
+    if (role != "system") {
+      out.push_back(m);
+      after_user = role == "user";
+    } else if (out.empty()) {
+      leading = !leading || leading->empty() ? text
+                : text.empty()               ? *leading
+                                             : *leading + "\n\n" + text;
+    } else if (after_user) {
+      std::string content = out.back().value("content", "");
+      content += '\n';
+      content += reminder(text);
+      out.back()["content"] = std::move(content);
+    } else {
+      out.push_back({{"role", "user"}, {"content", reminder(text)}});
+      after_user = true;
     }
-    out.push_back(m);
-    if (!pending.empty() && m.value("role", "") == "user")
-      out.back()["content"] = std::exchange(pending, "") + "\n" + text;
-  }
-  if (!pending.empty()) {
-    if (!out.empty() && out.back().value("role", "") == "user")
-      out.back()["content"] = out.back().value("content", "") + "\n" + pending;
-    else
-      out.push_back({{"role", "user"}, {"content", pending}});
   }
   if (leading) out.insert(out.begin(), ojson{{"role", "system"}, {"content", *leading}});
   return out;

@@ -32,8 +32,10 @@ struct ChatSpec {
 
 // The template takes one system message, first. Leading system (and
 // developer) messages merge into one, joined by a blank line; a later one
-// goes to the user side as a <system-reminder> text: into the next user
-// message, else the previous one, else a user message of its own.
+// goes to the user side as a <system-reminder> text: appended to the user
+// message right before it, else a user message of its own. Only what comes
+// before decides, so each turn of a conversation renders its earlier turns
+// as the previous turn did (prefix reuse).
 ojson place_system_messages(const ojson& messages);
 
 // Renders and tokenizes c into r: prompt, in_reasoning, tools, tool_calls,

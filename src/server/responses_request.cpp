@@ -4,6 +4,27 @@ namespace tern::server {
 
 namespace {
 
+// Input items with each item_reference replaced by the stored output item
+// it names (clients that store responses refer to them instead of
+// re-sending; the Vercel AI SDK does).
+ojson resolve_references(const ojson& input, ResponseStore& store) {
+  if (!input.is_array()) return input;
+  ojson out = ojson::array();
+  for (size_t i = 0; i < input.size(); ++i) {
+    const Fields it(input[i], element("input", i));
+    if (it.string("type").value_or("") != "item_reference") {
+      out.push_back(input[i]);
+      continue;
+    }
+    const auto id = it.string("id");
+    if (!id) bad_request(it.name("id"), "'{}' is required", it.name("id"));
+    auto item = store.item(*id);
+    if (!item) throw ApiError(404, fmt::format("Item with id '{}' not found.", *id), it.name("id"));
+    out.push_back(std::move(*item));
+  }
+  return out;
+}
+
 // Input items as chat messages appended to `out`.
 void add_items(ojson& out, const ojson& input) {
   if (input.is_string()) {
@@ -121,7 +142,7 @@ ResponsesRequest parse_responses_request(const ojson& body, const ApiContext& ct
   }
   const ojson* input = f.get("input");
   if (!input) bad_request("input", "'input' is required");
-  add_items(r.conversation, *input);
+  add_items(r.conversation, resolve_references(*input, store));
   ChatSpec c;
   if (auto instr = f.string("instructions"))
     c.messages.push_back({{"role", "system"}, {"content", *instr}});

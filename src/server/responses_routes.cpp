@@ -78,7 +78,7 @@ class ResponsesWriter : public JobWriter {
       if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
       if (!assistant_calls_.empty()) msg["tool_calls"] = assistant_calls_;
       conv.push_back(msg);
-      store_.put(id_, conv);
+      store_.put(id_, conv, output_);
     }
     if (!streaming_) return final_response.dump(-1, ' ', false, ojson::error_handler_t::replace);
     return s + emit({{"type", "response.completed"}, {"response", final_response}});

@@ -11,12 +11,15 @@ import { Anthropic, Server, makeDummy, writeScript, post } from "./harness.mjs";
 const call = (fn, param, value) =>
   `<tool_call>\n<function=${fn}>\n<parameter=${param}>\n${value}\n</parameter>\n</function>\n</tool_call>`;
 const script = writeScript([
-  { trigger: "<system-reminder>\nStay terse.\n</system-reminder>\nhello", reply: "REMINDED" },
+  { trigger: "hello\n<system-reminder>\nStay terse.\n</system-reminder>", reply: "REMINDED" },
+  { trigger: "Stay terse.\n</system-reminder><|im_end|>\n<|im_start|>user\nhello", reply: "ON ITS OWN" },
   { trigger: "<|im_start|>system\nFirst rule.\n\nSecond rule.<|im_end|>", reply: "Done.</think>\n\nMERGED" },
   { trigger: "mention", reply: "Done.</think>\n\nA call looks like " + call("x", "y", "z") },
   { trigger: "namespaced", reply: "Done.</think>\n\n" + call("weather__get", "city", "Oslo") },
   { trigger: "-3 C", reply: "Done.</think>\n\nCOLD" },
   { trigger: "think adaptively", reply: "Pondering.</think>\n\nADAPTIVE" },
+  { trigger: "write it", reply: "Done.</think>\n\n<tool_call>\n<function=write>\n<parameter=content>\nhi\n</parameter>\n" +
+                                "<parameter=path>\nhttps://x.test/a\n</parameter>\n</function>\n</tool_call>" },
 ]);
 const nsTools = [{ type: "namespace", name: "weather", description: "Weather tools", tools: [
   { type: "function", name: "get", description: "Weather", strict: false,
@@ -36,12 +39,20 @@ after(async () => Promise.all([scripted.stop(), real.stop(), small.stop(), alias
 const anthropic = (s) => new Anthropic({ baseURL: s.url, apiKey: "none", maxRetries: 0 });
 const text = (m) => m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
 
-test("Anthropic: a system message inside messages becomes a <system-reminder> of the next user turn", async () => {
-  const r = await anthropic(scripted).messages.create({ max_tokens: 50, system: "Base.", messages: [
+test("Anthropic: a system message inside messages goes to the user side, the same way every turn", async () => {
+  // As Claude Code sends it: right after the user's message.
+  const msgs = [{ role: "user", content: "hello" }, { role: "system", content: [{ type: "text", text: "Stay terse." }] }];
+  const r = await anthropic(scripted).messages.create({ max_tokens: 50, system: "Base.", messages: msgs });
+  assert.equal(text(r), "REMINDED");
+  const r2 = await anthropic(scripted).messages.create({ max_tokens: 50, system: "Base.", messages: [
+    ...msgs, { role: "assistant", content: r.content }, { role: "user", content: "and now?" }] });
+  assert.ok(r2.usage.cache_read_input_tokens >= r.usage.input_tokens,
+            `the first turn renders as before: ${r2.usage.cache_read_input_tokens} of ${r.usage.input_tokens} reused`);
+  // After an assistant turn: a user message of its own.
+  const own = await anthropic(scripted).messages.create({ max_tokens: 50, messages: [
     { role: "user", content: "first" }, { role: "assistant", content: "ok" },
     { role: "system", content: "Stay terse." }, { role: "user", content: "hello" }] });
-  assert.equal(text(r), "REMINDED");
-  // A system message last, after an assistant turn, still gets a user turn of its own.
+  assert.equal(text(own), "ON ITS OWN");
   const last = await post(scripted.url + "/v1/messages", { max_tokens: 5, messages: [
     { role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "system", content: "c" }] });
   assert.equal(last.status, 200, last.text);
@@ -55,11 +66,11 @@ test("several leading system and developer messages (and instructions) merge int
   const r = await scripted.client().responses.create({ instructions: "First rule.", input: [
     { type: "message", role: "developer", content: "Second rule." }, { type: "message", role: "user", content: "go" }] });
   assert.equal(r.output_text, "MERGED");
-  // A system message in the middle of a chat goes to the user side instead of failing.
+  // A system message later in a chat goes to the user side instead of failing.
   const mid = await scripted.client().chat.completions.create({ chat_template_kwargs: { enable_thinking: false }, messages: [
     { role: "user", content: "first" }, { role: "assistant", content: "ok" },
     { role: "system", content: "Stay terse." }, { role: "user", content: "hello" }] });
-  assert.equal(mid.choices[0].message.content, "REMINDED");
+  assert.equal(mid.choices[0].message.content, "ON ITS OWN");
 });
 
 test("Anthropic: thinking adaptive is thinking enabled; output_config.format constrains the answer", async () => {
@@ -192,4 +203,41 @@ test("tool-call arguments nested 20,000 deep are a 400 naming the field, and the
   assert.equal(resp.status, 400);
   assert.match(resp.json.error.message, /nests deeper than 64 levels/);
   assert.equal((await fetch(real.url + "/health")).status, 200);
+});
+
+test("agent tool schemas the grammar cannot enforce degrade (logged), and parameters come in any order", async () => {
+  const params = { type: "object", additionalProperties: false, required: ["path", "content"], properties: {
+    path: { type: "string", format: "uri" },
+    content: { type: "string", maxLength: 524288 },
+    meta: { type: "object", propertyNames: { pattern: "^[a-z]+$" }, additionalProperties: { type: "string" } },
+    tags: { type: "array", items: { type: "string" }, maxItems: 100000, uniqueItems: true },
+    mode: { not: { const: "x" } } } };
+  const tools = [{ type: "function", function: { name: "write", description: "Write a file", parameters: params } }];
+  for (const tool_choice of ["auto", "required"]) {
+    const c = await scripted.client().chat.completions.create({ tools, tool_choice, messages: [{ role: "user", content: "write it" }] });
+    assert.equal(c.choices[0].finish_reason, "tool_calls", tool_choice);
+    assert.deepEqual(JSON.parse(c.choices[0].message.tool_calls[0].function.arguments),
+                     { content: "hi", path: "https://x.test/a" }, tool_choice);
+  }
+  assert.match(scripted.log, /warning.*write.*mode.*not/);
+  // response_format stays strict: the keyword and where it is.
+  const strict = await post(scripted.url + "/v1/chat/completions", { messages: [{ role: "user", content: "x" }],
+    response_format: { type: "json_schema", json_schema: { name: "p", schema: params } } });
+  assert.equal(strict.status, 400);
+  assert.match(strict.json.error.message, /^'response_format': .*'(not|maxLength|maxItems)'.* at #\/properties\/(mode|content|tags)/);
+});
+
+test("Responses: item_reference items stand for the stored output items they name", async () => {
+  const c = scripted.client();
+  const r1 = await c.responses.create({ input: "think adaptively" });
+  assert.deepEqual(r1.output.map((o) => o.type), ["reasoning", "message"]);
+  const r2 = await c.responses.create({ input: [
+    { type: "message", role: "user", content: "think adaptively" },
+    ...r1.output.map((o) => ({ type: "item_reference", id: o.id })),
+    { type: "message", role: "user", content: "namespaced weather" }], tools: nsTools });
+  assert.equal(r2.output.find((o) => o.type === "function_call").namespace, "weather");
+  assert.ok(r2.usage.input_tokens_details.cached_tokens > 0);
+  const missing = await post(scripted.url + "/v1/responses", { input: [{ type: "item_reference", id: "rs_nope" }] });
+  assert.equal(missing.status, 404);
+  assert.equal(missing.json.error.param, "input[0].id");
 });

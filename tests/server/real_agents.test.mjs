@@ -127,7 +127,12 @@ for (const a of names) {
     assert.ok(follow, "a request carried the shell's output\n" + why);
     const cached = cachedOf(follow);
     assert.ok(cached > 0, `the follow-up request reused the cache (cached=${cached})\n` + why);
-    assert.ok(logLines(scripted, from).some((l) => l.includes(` cached=${cached} `)), "tern logged cached=" + cached + "\n" + why);
+    const line = logLines(scripted, from).find((l) => l.includes(` cached=${cached} `));
+    assert.ok(line, "tern logged cached=" + cached + "\n" + why);
+    // Only what is new (the calls, their results) is prefilled again: the
+    // earlier turn renders as it did.
+    const prompt = Number(line.match(/ prompt=(\d+) /)[1]);
+    assert.ok(prompt - cached <= 0.1 * prompt, `reused ${cached} of ${prompt} prompt tokens\n` + why);
   });
 }
 
