@@ -15,8 +15,12 @@ build: setup
 demo: build
 	BUILD=$(BUILD) ./scripts/demo.sh
 
+# Then the end-to-end runs of the fast CPU path again as a CPU without
+# AVX-512 runs them (tests/CMakeLists.txt, label "isa").
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	if grep -qw avx512f /proc/cpuinfo; then \
+	  TERN_CPU_ISA=avx2 ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -L isa; fi
 
 clean:
 	rm -rf $(BUILD)
