@@ -76,46 +76,6 @@ std::string ConstraintRequest::key(bool thinking) const {
   return k.dump();
 }
 
-ConstraintRequest chat_constraints(const ojson& body) {
-  ConstraintRequest r;
-  read_response_format(body, r);
-  const ojson* tools = field(body, "tools");
-  if (tools && !tools->is_array()) fail("tools must be an array");
-  const bool have_tools = tools && !tools->empty();
-  if (const ojson* p = field(body, "parallel_tool_calls")) {
-    if (!p->is_boolean()) fail("parallel_tool_calls must be a boolean");
-    r.parallel = p->get<bool>();
-  }
-  const ojson* choice = field(body, "tool_choice");
-  ConstraintRequest::Tools mode =
-      have_tools ? ConstraintRequest::Tools::automatic : ConstraintRequest::Tools::none;
-  if (choice) {
-    if (choice->is_string() && *choice == "none") {
-      mode = ConstraintRequest::Tools::none;
-    } else if (choice->is_string() && *choice == "auto") {
-      mode = have_tools ? ConstraintRequest::Tools::automatic : ConstraintRequest::Tools::none;
-    } else if (choice->is_string() && *choice == "required") {
-      mode = ConstraintRequest::Tools::required;
-    } else if (choice->is_object() && choice->value("type", "") == "function" &&
-               choice->contains("function") && (*choice)["function"].is_object() &&
-               (*choice)["function"].contains("name") &&
-               (*choice)["function"]["name"].is_string()) {
-      mode = ConstraintRequest::Tools::named;
-      r.function = (*choice)["function"]["name"].get<std::string>();
-    } else {
-      fail(
-          "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
-          "\"function\": {{\"name\": ...}}}}");
-    }
-    if ((mode == ConstraintRequest::Tools::required || mode == ConstraintRequest::Tools::named) &&
-        !have_tools)
-      fail("tool_choice {} needs a non-empty tools list", choice->dump());
-  }
-  r.tools = mode;
-  if (mode != ConstraintRequest::Tools::none) r.tool_list = *tools;
-  return r;
-}
-
 ConstraintRequest completion_constraints(const ojson& body) {
   ConstraintRequest r;
   read_response_format(body, r);

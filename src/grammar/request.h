@@ -1,7 +1,8 @@
-// What a request asks the grammar engine for, read from an OpenAI-style body
-// (response_format, tools, tool_choice, parallel_tool_calls; llama.cpp's
-// grammar and json_schema on completions), compiled grammars cached by
-// request, and the TokenConstraint of one generation. Malformed fields and
+// What a request asks the grammar engine for (the answer's format, the tools
+// and how they may be called: the server reads those fields, and here
+// response_format and, on completions, llama.cpp's grammar and json_schema),
+// compiled grammars cached by request, and the TokenConstraint of one
+// generation. Malformed fields and
 // grammars are tern::Error naming the problem (the server's 400).
 #pragma once
 
@@ -41,8 +42,6 @@ struct ConstraintRequest {
 // Responses API's text.format (name and schema beside type); errors name `where`.
 void response_format(const nlohmann::ordered_json& format, const std::string& where,
                      ConstraintRequest& r);
-// /v1/chat/completions: response_format, tools, tool_choice, parallel_tool_calls.
-ConstraintRequest chat_constraints(const nlohmann::ordered_json& body);
 // /v1/completions: grammar (GBNF text), json_schema (a schema), response_format.
 ConstraintRequest completion_constraints(const nlohmann::ordered_json& body);
 

@@ -1,8 +1,8 @@
 // The test driver of the grammar cross-checks (fuzz_grammar.py): reads jobs
 // as JSON lines on stdin and answers each on stdout. "generate" runs a
 // constrained completion on a tiny random-weight model with the real Qwen3
-// tokenizer (made on first use), through the same request parsing the
-// server uses; "accept" says which texts the matcher of a JSON Schema (or
+// tokenizer (made on first use), through the server's own request parsing
+// (chat completions or completions); "accept" says which texts the matcher of a JSON Schema (or
 // of a GBNF grammar) accepts.
 #include <spdlog/spdlog.h>
 
@@ -14,12 +14,13 @@
 #include "core/error.h"
 #include "engine/backend.h"
 #include "grammar/gbnf.h"
+#include "grammar/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/request.h"
 #include "grammar/tokenizer_vocab.h"
 #include "model/dummy.h"
-#include "tokenizer/chat_template.h"
+#include "server/openai_request.h"
 #include "tokenizer/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,23 +37,22 @@ struct Model {
 };
 
 ojson generate(Model& m, const ojson& job) {
-  const ojson& body = job["body"];
+  ojson body = job["body"];
   const bool chat = job.value("api", "chat") == "chat";
-  std::string prompt;
   if (chat) {
-    ojson req = {{"messages", {{{"role", "user"}, {"content", body.value("prompt", "Reply.")}}}},
-                 {"add_generation_prompt", true},
-                 {"enable_thinking", job.value("thinking", false)}};
-    if (body.contains("tools")) req["tools"] = body["tools"];
-    prompt = render_chat(req);
-  } else {
-    prompt = body.value("prompt", "Reply:");
+    body["messages"] = {{{"role", "user"}, {"content", body.value("prompt", "Reply.")}}};
+    body.erase("prompt");
+    body["chat_template_kwargs"] = {{"enable_thinking", job.value("thinking", false)}};
+  } else if (!body.contains("prompt")) {
+    body["prompt"] = "Reply:";
   }
-  const bool thinking = chat && prompt_opens_reasoning(prompt);
-  const auto request =
-      chat ? grammar::chat_constraints(body) : grammar::completion_constraints(body);
-  auto constraint = grammar::make_constraint(request, *m.cache, thinking, m.stops);
-  const std::vector<int32_t> ids = m.tok->encode(prompt);
+  const server::ApiContext ctx{
+      &*m.tok, {"*"}, m.backend->config().max_positions, &*m.cache, m.stops};
+  const Request request = chat ? server::parse_chat_request(body, ctx).req
+                               : server::parse_completion_request(body, ctx).req;
+  const bool thinking = request.in_reasoning;
+  const auto constraint = std::dynamic_pointer_cast<grammar::GrammarConstraint>(request.constraint);
+  const std::vector<int32_t>& ids = request.prompt;
   auto seq = m.backend->new_sequence();
   std::vector<float> logits;
   m.backend->forward(*seq, std::span(ids).first(ids.size() - 1), Logits::last, logits);

@@ -1,7 +1,8 @@
 // GrammarConstraint and request handling: the phases of an answer (reasoning
 // left free, tool_choice "auto" triggered by <tool_call>), stop tokens where
 // the grammar may end and only them when it is done, completion reporting,
-// and the request fields with their errors.
+// and the response_format and completion fields with their errors (tool_choice
+// is the server's: tests/server).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -43,17 +44,23 @@ grammar::GrammarCache& cache() {
   return c;
 }
 
-std::unique_ptr<GrammarConstraint> constraint(const ojson& body, bool thinking) {
-  return grammar::make_constraint(grammar::chat_constraints(body), cache(), thinking,
-                                  {id("<|im_end|>")});
+std::unique_ptr<GrammarConstraint> constraint(const ConstraintRequest& r, bool thinking) {
+  return grammar::make_constraint(r, cache(), thinking, {id("<|im_end|>")});
 }
 
-const ojson kSchemaBody = ojson::parse(R"({"response_format": {"type": "json_schema", "json_schema":
-    {"name": "n", "strict": true, "schema": {"type": "object", "properties": {"n": {"type": "integer"}},
-     "required": ["n"], "additionalProperties": false}}}})");
+ConstraintRequest answer_schema(const std::string& schema) {
+  ConstraintRequest r;
+  r.answer = ConstraintRequest::Answer::json_schema;
+  r.schema = ojson::parse(schema);
+  return r;
+}
+
+const ConstraintRequest kSchema = answer_schema(
+    R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+        "additionalProperties": false})");
 
 TEST(Constraint, AnswerGrammarAndStop) {
-  auto c = constraint(kSchemaBody, false);
+  auto c = constraint(kSchema, false);
   ASSERT_TRUE(c);
   EXPECT_FALSE(c->unconstrained());
   EXPECT_FALSE(allows(*c, id("<|im_end|>")));
@@ -69,8 +76,7 @@ TEST(Constraint, AnswerGrammarAndStop) {
 }
 
 TEST(Constraint, StopWhereTheGrammarMayEnd) {
-  auto body = ojson::parse(
-      R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}})");
+  const ConstraintRequest body = answer_schema(R"({"type": "integer"})");
   auto c = constraint(body, false);
   feed(*c, "12");
   EXPECT_TRUE(allows(*c, id("<|im_end|>")));  // 12 is complete, but digits may follow
@@ -83,7 +89,7 @@ TEST(Constraint, StopWhereTheGrammarMayEnd) {
 }
 
 TEST(Constraint, AfterReasoning) {
-  auto c = constraint(kSchemaBody, true);
+  auto c = constraint(kSchema, true);
   EXPECT_TRUE(c->unconstrained());
   feed(*c, "Let me think. { not JSON");
   EXPECT_TRUE(c->unconstrained());
@@ -97,8 +103,17 @@ TEST(Constraint, AfterReasoning) {
 const ojson kTools = ojson::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
     {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}])");
 
+ConstraintRequest tools(ConstraintRequest::Tools mode, const std::string& function = "") {
+  ConstraintRequest r;
+  r.tools = mode;
+  r.tool_list = kTools;
+  r.function = function;
+  return r;
+}
+
 TEST(Constraint, ToolChoiceAuto) {
-  ojson body = {{"tools", kTools}, {"parallel_tool_calls", false}};
+  ConstraintRequest body = tools(ConstraintRequest::Tools::automatic);
+  body.parallel = false;
   auto c = constraint(body, false);
   EXPECT_TRUE(c->unconstrained());
   feed(*c, "Sure, calling it.\n\n");
@@ -117,8 +132,7 @@ TEST(Constraint, ToolChoiceAuto) {
 }
 
 TEST(Constraint, ToolChoiceRequiredAndNamed) {
-  ojson body = {{"tools", kTools}, {"tool_choice", "required"}};
-  auto c = constraint(body, false);
+  auto c = constraint(tools(ConstraintRequest::Tools::required), false);
   // "\n", "\n\n" or <tool_call>.
   EXPECT_EQ(mask_ids(mask_of(*c)), (std::vector<int32_t>{id("Ċ"), id("ĊĊ"), id("<tool_call>")}));
   c->accept(id("<tool_call>"));
@@ -126,13 +140,18 @@ TEST(Constraint, ToolChoiceRequiredAndNamed) {
   c->accept(id("</tool_call>"));
   EXPECT_TRUE(c->completed());
   EXPECT_TRUE(allows(*c, id("<|im_end|>")));  // or another call
-  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "g"}}}};
-  EXPECT_THROW(constraint(body, false), Error);
+  EXPECT_THROW(constraint(tools(ConstraintRequest::Tools::named, "g"), false), Error);
 }
 
-std::string chat_error(const std::string& body) {
+ConstraintRequest format(const std::string& response_format) {
+  ConstraintRequest r;
+  grammar::response_format(ojson::parse(response_format), "response_format", r);
+  return r;
+}
+
+std::string format_error(const std::string& response_format) {
   try {
-    grammar::chat_constraints(ojson::parse(body));
+    format(response_format);
   } catch (const Error& e) {
     return e.what();
   }
@@ -140,29 +159,19 @@ std::string chat_error(const std::string& body) {
 }
 
 TEST(Constraint, RequestFields) {
-  auto r = grammar::chat_constraints(kSchemaBody);
+  const auto r = format(
+      R"({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}})");
   EXPECT_EQ(r.answer, ConstraintRequest::Answer::json_schema);
-  EXPECT_EQ(
-      grammar::chat_constraints(ojson::parse(R"({"response_format": {"type": "json_object"}})"))
-          .answer,
-      ConstraintRequest::Answer::json_object);
-  EXPECT_TRUE(
-      grammar::chat_constraints(ojson::parse(R"({"response_format": {"type": "text"}})")).empty());
-  EXPECT_TRUE(grammar::chat_constraints(ojson{{"tools", kTools}, {"tool_choice", "none"}}).empty());
-  EXPECT_EQ(grammar::chat_constraints(ojson{{"tools", kTools}}).tools,
-            ConstraintRequest::Tools::automatic);
-  EXPECT_EQ(chat_error(R"({"response_format": {"type": "yaml"}})"),
+  EXPECT_EQ(r.schema, ojson({{"type", "integer"}}));
+  // The Responses API's text.format: name and schema beside type.
+  EXPECT_EQ(format(R"({"type": "json_schema", "name": "n", "schema": {"type": "string"}})").schema,
+            ojson({{"type", "string"}}));
+  EXPECT_EQ(format(R"({"type": "json_object"})").answer, ConstraintRequest::Answer::json_object);
+  EXPECT_TRUE(format(R"({"type": "text"})").empty());
+  EXPECT_EQ(format_error(R"({"type": "yaml"})"),
             "response_format type 'yaml' is not supported (text, json_object, json_schema)");
-  EXPECT_EQ(
-      chat_error(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})"),
-      "response_format.json_schema.schema must be a JSON Schema (an object)");
-  EXPECT_EQ(chat_error(R"({"tool_choice": "required"})"),
-            "tool_choice \"required\" needs a non-empty tools list");
-  EXPECT_EQ(chat_error(R"({"tools": [], "tool_choice": "sometimes"})"),
-            "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-            "\"function\": {\"name\": ...}}");
-  EXPECT_EQ(chat_error(R"({"parallel_tool_calls": "no"})"),
-            "parallel_tool_calls must be a boolean");
+  EXPECT_EQ(format_error(R"({"type": "json_schema", "json_schema": {"name": "x"}})"),
+            "response_format.json_schema.schema must be a JSON Schema (an object)");
   auto completion_error = [](const std::string& body) -> std::string {
     try {
       grammar::completion_constraints(ojson::parse(body));
