@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/sizes.h"
+#include "cli/stop_signals.h"
 #include "core/error.h"
 #include "engine/scheduler.h"
 #include "engine/scripted_backend.h"
@@ -35,12 +36,23 @@ struct ServeCmd {
   ModelOptions model;
   server::ServeOptions http;
   int64_t ctx_size = 0;
-  size_t max_queue = 64;
+  size_t max_queue = 8;  // below --threads: each waiting request holds an HTTP thread
   std::string cache_mem = "4G";
   int64_t snapshot_every = 4096;
   std::vector<std::string> served_names;
   std::string tokenizer, script, dummy;
+  std::string api_key_file;
 };
+
+// --api-key-file's first line (without the line end).
+std::string read_api_key(const std::string& path) {
+  std::ifstream f(path);
+  std::string key;
+  if (!f || !std::getline(f, key)) fail("cannot read the API key file {}", path);
+  if (!key.empty() && key.back() == '\r') key.pop_back();
+  if (key.empty()) fail("the API key file {} starts with an empty line", path);
+  return key;
+}
 
 // The scripted backend's replies: JSON lines {"trigger": "...", "reply": "..."}.
 std::vector<ScriptEntry> read_script(const std::string& path) {
@@ -58,15 +70,25 @@ std::vector<ScriptEntry> read_script(const std::string& path) {
 }
 
 int serve(const ServeCmd& o) {
-  std::signal(SIGPIPE, SIG_IGN);
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // every thread made from here on too
+  // What can be checked before listening is: a client never sees a server
+  // that will not come up.
+  if (o.model.model.empty() == o.dummy.empty()) fail("give exactly one of --model and --dummy");
+  if (!o.model.model.empty() && !std::filesystem::is_directory(o.model.model))
+    fail("the model folder {} does not exist", o.model.model);
+  const std::string tok_dir = o.tokenizer.empty() ? o.model.model : o.tokenizer;
+  if (!std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))
+    fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
 
+  server::ServeOptions http_options = o.http;
+  if (!o.api_key_file.empty()) {
+    if (!o.http.api_key.empty()) fail("give one of --api-key (or TERN_API_KEY) and --api-key-file");
+    http_options.api_key = read_api_key(o.api_key_file);
+  }
+
+  std::signal(SIGPIPE, SIG_IGN);
+  StopSignals signals;
   server::Metrics metrics;
-  server::HttpServer http(o.http, metrics);
+  server::HttpServer http(http_options, metrics);
   server::ResponseStore responses;
   server::add_openai_routes(http);
   server::add_anthropic_routes(http);
@@ -75,10 +97,6 @@ int serve(const ServeCmd& o) {
   spdlog::info("listening on http://{}:{} (loading {})", o.http.host, http.port(),
                o.dummy.empty() ? o.model.model : "random " + o.dummy + " weights");
 
-  if (o.model.model.empty() == o.dummy.empty()) fail("give exactly one of --model and --dummy");
-  const std::string tok_dir = o.tokenizer.empty() ? o.model.model : o.tokenizer;
-  if (!std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))
-    fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
   Tokenizer tok = Tokenizer::load(tok_dir);
   if (!is_qwen35_chat_template(tok.chat_template_source()))
     spdlog::warn("the checkpoint's chat template is not Qwen3.5's; tern renders Qwen3.5's");
@@ -91,11 +109,19 @@ int serve(const ServeCmd& o) {
                   ? make_backend(o.model.backend, weights)
                   : std::make_unique<ScriptedBackend>(weights->cfg, tok, read_script(o.script));
   }
+  // Structured outputs: the vocabulary's bytes once; grammars compiled per
+  // request (in the HTTP thread that parses it) and cached by schema. Made
+  // before the engine: a job's constraint refers to it.
+  grammar::GrammarCache grammars(grammar::vocab_of(tok, backend->config().vocab));
+  grammar::warm_up(grammars.vocab());  // the JSON string and number positions' masks
   EngineOptions eo;
   eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
   eo.snapshot_every = o.snapshot_every;
   eo.ctx_size = o.ctx_size;
   Engine engine(*backend, &tok, eo);
+  if (o.max_queue + 1 >= size_t(o.http.threads))
+    spdlog::warn("--max-queue {} with --threads {}: the queue never fills, so no 429 is sent",
+                 o.max_queue, o.http.threads);
   Scheduler scheduler(engine, o.max_queue);
   metrics.gauge("tern_queue_depth", "Requests waiting for the engine.",
                 [&] { return double(scheduler.waiting()); });
@@ -111,19 +137,15 @@ int serve(const ServeCmd& o) {
                                     ? std::filesystem::path(o.model.model).filename().string()
                                     : o.dummy);
   tok.cache_segments(kSegmentCacheBytes);  // each turn re-sends the history's text
-  // Structured outputs: the vocabulary's bytes once; grammars compiled per
-  // request (in the HTTP thread that parses it) and cached by schema.
-  grammar::GrammarCache grammars(grammar::vocab_of(tok, backend->config().vocab), 256);
-  grammar::warm_up(grammars.vocab());  // the JSON string and number positions' masks
   http.ready(scheduler, {&tok, names, engine.ctx_size(), &grammars, engine.end_ids()});
   spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})",
                fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
                o.cache_mem);
 
-  int sig = 0;
-  sigwait(&stop, &sig);
+  signals.loaded();
+  const int sig = signals.wait();
   spdlog::info("stopping (signal {})", sig);
-  http.stop();
+  http.stop();  // streams end well-formed, their jobs cancelled
   return 0;
 }
 
@@ -136,8 +158,12 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)");
   cmd->add_option("--port", o->http.port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->http.api_key,
-                  "Require this key (Authorization: Bearer or x-api-key)")
+                  "Require this key (Authorization: Bearer or x-api-key); visible to other "
+                  "users in the process list: prefer TERN_API_KEY or --api-key-file")
       ->envname("TERN_API_KEY");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "Read the key from this file (its first line): unlike --api-key, not visible "
+                  "to other users in the process list; so is TERN_API_KEY");
   cmd->add_option("--ctx-size", o->ctx_size, "Prompt + completion tokens at most (0: the model's)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting at most (then 429)")

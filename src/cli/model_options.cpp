@@ -17,7 +17,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
 void add_mmap_flag(CLI::App* cmd, bool& mmap) {
   cmd->add_flag("--mmap", mmap,
                 "cpu backend: map the checkpoint files instead of reading them into 2 MB pages "
-                "(shares the page cache; decode measured 3-13% slower)");
+                "(shares the page cache; decode measured 3-13% slower). The files must not "
+                "change while in use: truncating one kills the process (SIGBUS)");
 }
 
 Residency residency_for(const std::string& backend, bool mmap) {

@@ -42,6 +42,7 @@ Scheduler::~Scheduler() {
     std::lock_guard lock(m_);
     stop_ = true;
     for (auto& j : queue_) j->cancel();
+    if (current_) current_->cancel();  // a stop must not wait for a prefill nobody reads
   }
   cv_.notify_all();
   thread_.join();
@@ -94,6 +95,7 @@ void Scheduler::loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
+      current_ = job;
     }
     job->mark_started();
     Job::Event end;
@@ -111,6 +113,7 @@ void Scheduler::loop() {
     job->push(std::move(end));
     std::lock_guard lock(m_);
     running_ = false;
+    current_.reset();
     if (background_ == job) background_.reset();
   }
 }

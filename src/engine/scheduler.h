@@ -79,6 +79,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> background_;  // the latest background job, queued or running
+  std::shared_ptr<Job> current_;     // the running job
   bool running_ = false, stop_ = false;
   std::thread thread_;
 };

@@ -46,7 +46,8 @@ const CompiledGrammar::NodeInfo& CompiledGrammar::info(int32_t node) const {
 
 size_t CompiledGrammar::memory() const {
   return pda_.nodes.size() * sizeof(Pda::Node) + pda_.edges.size() * sizeof(Pda::Edge) +
-         pda_.calls.size() * sizeof(Pda::Call) + pda_.token_edges.size() * sizeof(Pda::TokenEdge);
+         pda_.calls.size() * sizeof(Pda::Call) + pda_.token_edges.size() * sizeof(Pda::TokenEdge) +
+         pda_.nodes.size() * (sizeof(NodeInfo) + sizeof(std::once_flag));
 }
 
 }  // namespace tern::grammar

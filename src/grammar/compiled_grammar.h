@@ -32,7 +32,7 @@ class CompiledGrammar {
   const Vocab& vocab() const { return *vocab_; }
   // The node's classification, computed on the first call.
   const NodeInfo& info(int32_t node) const;
-  size_t memory() const;  // bytes of the automata (not of the lazy tables)
+  size_t memory() const;  // bytes of the automata and per-node tables (not what they fill in)
 
  private:
   Pda pda_;

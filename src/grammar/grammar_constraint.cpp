@@ -1,6 +1,7 @@
 #include "grammar/grammar_constraint.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -40,7 +41,12 @@ bool GrammarConstraint::unconstrained() const {
   return phase_ == Phase::free && (config_.max_triggers < 0 || triggered_ < config_.max_triggers);
 }
 
+void GrammarConstraint::used() {
+  if (config_.on_use) std::exchange(config_.on_use, nullptr)();
+}
+
 void GrammarConstraint::allowed(std::span<uint32_t> words) {
+  used();
   if (phase_ == Phase::reasoning || phase_ == Phase::free) {
     std::fill(words.begin(), words.end(), ~0u);
     if (phase_ == Phase::free && !unconstrained())
@@ -59,6 +65,7 @@ void GrammarConstraint::allowed(std::span<uint32_t> words) {
 }
 
 void GrammarConstraint::accept(int32_t token) {
+  used();
   switch (phase_) {
     case Phase::reasoning:
       if (token == *config_.reasoning_end) {

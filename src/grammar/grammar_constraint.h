@@ -6,6 +6,7 @@
 // stop tokens are allowed; when nothing may follow, only they are.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +25,9 @@ struct ConstraintConfig {
   // which ends with the call, and the text is free again.
   std::optional<int32_t> trigger;
   int max_triggers = -1;  // with a trigger: calls allowed (-1: any number)
+  // Called once, when generation first consults the constraint (the request
+  // is being served, not refused): the grammar cache keeps it then.
+  std::function<void()> on_use;
 };
 
 class GrammarConstraint final : public TokenConstraint {
@@ -45,6 +49,7 @@ class GrammarConstraint final : public TokenConstraint {
   int triggered() const { return triggered_; }
 
  private:
+  void used();
   enum class Phase { reasoning, free, grammar, done };
   bool is_stop(int32_t token) const;
   void begin_grammar();

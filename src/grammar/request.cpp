@@ -26,10 +26,14 @@ void read_response_format(const ojson& body, ConstraintRequest& r) {
 Grammar tools_grammar(const ConstraintRequest& r, const ToolGrammarOptions& o, const Vocab& vocab) {
   std::vector<ToolDegradation> degraded;
   Grammar g = tool_call_grammar(r.tool_list, o, vocab, &degraded);
+  // One warning each (issue 43: what an agent's tool asks and is not held to
+  // must be visible), JSON-quoted: names and paths are the client's text.
+  auto quote = [](const std::string& t) {
+    return ojson(t).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  };
   for (const ToolDegradation& d : degraded)
-    spdlog::warn("tool '{}'{}: '{}' at {} is not enforced: {}", d.tool,
-                 d.parameter.empty() ? "" : fmt::format(", parameter '{}'", d.parameter), d.keyword,
-                 d.path, d.why);
+    spdlog::warn("tool {} parameter {}: {} at {} is not enforced: {}", quote(d.tool),
+                 quote(d.parameter), quote(d.keyword), quote(d.path), quote(d.why));
   return g;
 }
 
@@ -99,8 +103,8 @@ ConstraintRequest completion_constraints(const ojson& body) {
   return r;
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const Vocab> vocab, size_t capacity)
-    : vocab_(std::move(vocab)), capacity_(capacity) {}
+GrammarCache::GrammarCache(std::shared_ptr<const Vocab> vocab, size_t max_bytes)
+    : vocab_(std::move(vocab)), max_bytes_(max_bytes) {}
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
                                                          const std::function<Grammar()>& make) {
@@ -109,20 +113,36 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
     auto it = index_.find(key);
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
+      return it->second->grammar;
     }
   }
   // Compiled outside the lock: other requests go on meanwhile.
-  auto compiled = std::make_shared<const CompiledGrammar>(make(), vocab_);
+  compiling_.acquire();
+  struct Release {
+    std::counting_semaphore<kCompiling>& s;
+    ~Release() { s.release(); }
+  } release{compiling_};
+  return std::make_shared<const CompiledGrammar>(make(), vocab_);
+}
+
+void GrammarCache::keep(const std::string& key, std::shared_ptr<const CompiledGrammar> g) {
+  const size_t bytes = g->memory() + 2 * key.size();  // the key is in the list and the index
+  if (bytes > max_bytes_ / 8) return;
   std::lock_guard lock(mutex_);
-  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
-  lru_.emplace_front(key, compiled);
+  if (index_.contains(key)) return;
+  lru_.push_front({key, std::move(g), bytes});
   index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
+  bytes_ += bytes;
+  while (bytes_ > max_bytes_) {
+    bytes_ -= lru_.back().bytes;
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
-  return compiled;
+}
+
+size_t GrammarCache::bytes() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
 }
 
 std::unique_ptr<GrammarConstraint> make_constraint(const ConstraintRequest& r, GrammarCache& cache,
@@ -167,7 +187,10 @@ std::unique_ptr<GrammarConstraint> make_constraint(const ConstraintRequest& r, G
       return either(answer(), tools_grammar(r, o, vocab));
     return tools_grammar(r, o, vocab);
   };
-  return std::make_unique<GrammarConstraint>(cache.get(r.key(thinking), make), std::move(config));
+  std::string key = r.key(thinking);
+  auto compiled = cache.get(key, make);
+  config.on_use = [&cache, key = std::move(key), compiled] { cache.keep(key, compiled); };
+  return std::make_unique<GrammarConstraint>(std::move(compiled), std::move(config));
 }
 
 }  // namespace tern::grammar

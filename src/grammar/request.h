@@ -12,6 +12,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -45,19 +46,34 @@ void response_format(const nlohmann::ordered_json& format, const std::string& wh
 // /v1/completions: grammar (GBNF text), json_schema (a schema), response_format.
 ConstraintRequest completion_constraints(const nlohmann::ordered_json& body);
 
-// Compiled grammars by key, least recently used dropped first. Thread-safe.
+// Compiled grammars by key, bounded by bytes: a grammar is compiled per
+// request (a few at a time: compiling one can take tens of MiB for a moment)
+// and kept only once a served request has used it, least recently used
+// dropped first. Thread-safe.
 class GrammarCache {
  public:
-  explicit GrammarCache(std::shared_ptr<const Vocab> vocab, size_t capacity = 64);
+  static constexpr size_t kDefaultBytes = size_t(64) << 20;
+  static constexpr int kCompiling = 2;  // compilations at a time
+  explicit GrammarCache(std::shared_ptr<const Vocab> vocab, size_t max_bytes = kDefaultBytes);
+  // The kept grammar of that key, else make()'s, compiled now and not kept.
   std::shared_ptr<const CompiledGrammar> get(const std::string& key,
                                              const std::function<Grammar()>& make);
+  // Keeps g (a request is being served with it); one larger than an eighth
+  // of the budget is not kept, so that it cannot displace all the others.
+  void keep(const std::string& key, std::shared_ptr<const CompiledGrammar> g);
+  size_t bytes() const;  // of the kept grammars and their keys
   const std::shared_ptr<const Vocab>& vocab() const { return vocab_; }
 
  private:
-  using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CompiledGrammar> grammar;
+    size_t bytes;
+  };
   std::shared_ptr<const Vocab> vocab_;
-  size_t capacity_;
-  std::mutex mutex_;
+  size_t max_bytes_, bytes_ = 0;
+  std::counting_semaphore<kCompiling> compiling_{kCompiling};
+  mutable std::mutex mutex_;
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
 };

@@ -138,27 +138,27 @@ class MessagesWriter : public JobWriter {
 }  // namespace
 
 void add_anthropic_routes(HttpServer& s) {
-  s.http().Post(
-      "/v1/messages",
-      s.handler("/v1/messages", ErrorStyle::anthropic,
-                [&s](const httplib::Request& req, httplib::Response& res) {
-                  if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-                  MessagesRequest m =
-                      parse_messages_request(HttpServer::json_body(req), s.context(), false);
-                  auto w = std::make_shared<MessagesWriter>(m.model, int64_t(m.req.prompt.size()));
-                  if (m.stream) w->streaming();
-                  m.req.id = w->id();
-                  s.serve_job(req, res, "/v1/messages", std::move(m.req), m.stream, w);
-                }));
-  s.http().Post("/v1/messages/count_tokens",
-                s.handler("/v1/messages/count_tokens", ErrorStyle::anthropic,
-                          [&s](const httplib::Request& req, httplib::Response& res) {
-                            if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-                            const MessagesRequest m = parse_messages_request(
-                                HttpServer::json_body(req), s.context(), true);
-                            res.set_content(ojson{{"input_tokens", m.req.prompt.size()}}.dump(),
-                                            "application/json");
-                          }));
+  s.post("/v1/messages",
+         s.handler("/v1/messages", ErrorStyle::anthropic,
+                   [&s](const httplib::Request& req, httplib::Response& res) {
+                     if (!s.scheduler()) throw ApiError(503, "the model is still loading");
+                     MessagesRequest m =
+                         parse_messages_request(HttpServer::json_body(req), s.context(), false);
+                     auto w =
+                         std::make_shared<MessagesWriter>(m.model, int64_t(m.req.prompt.size()));
+                     if (m.stream) w->streaming();
+                     m.req.id = w->id();
+                     s.serve_job(req, res, "/v1/messages", std::move(m.req), m.stream, w);
+                   }));
+  s.post("/v1/messages/count_tokens",
+         s.handler("/v1/messages/count_tokens", ErrorStyle::anthropic,
+                   [&s](const httplib::Request& req, httplib::Response& res) {
+                     if (!s.scheduler()) throw ApiError(503, "the model is still loading");
+                     const MessagesRequest m =
+                         parse_messages_request(HttpServer::json_body(req), s.context(), true);
+                     res.set_content(ojson{{"input_tokens", m.req.prompt.size()}}.dump(),
+                                     "application/json");
+                   }));
 }
 
 }  // namespace tern::server

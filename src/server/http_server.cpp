@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 
 #include "core/json_text.h"
@@ -13,12 +16,56 @@ namespace tern::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kPollStart = std::chrono::milliseconds(5);
+constexpr uint64_t kSmallBody = 64 << 10;
 
-bool loopback_host(std::string_view h) {
-  // Host header or origin authority without the port.
-  if (h.starts_with("[")) return h.substr(0, h.find(']') + 1) == "[::1]";
-  h = h.substr(0, h.rfind(':') == std::string_view::npos ? h.size() : h.rfind(':'));
-  return h == "localhost" || h == "127.0.0.1" || h.ends_with(".localhost");
+// Counts a request answered from a job while it lasts (stop() waits for them).
+struct JobCount {
+  explicit JobCount(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~JobCount() { --n_; }
+  JobCount(const JobCount&) = delete;
+  JobCount& operator=(const JobCount&) = delete;
+  std::atomic<int>& n_;
+};
+
+// A Host header or origin authority naming this machine: the name (any
+// case) and an optional port, nothing else.
+bool loopback_host(std::string_view authority) {
+  std::string h(authority);
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string_view name = h, port;
+  if (name.starts_with("[")) {
+    const size_t close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    port = name.substr(close + 1);
+    name = name.substr(0, close + 1);
+  } else if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
+    port = name.substr(colon);
+    name = name.substr(0, colon);
+  }
+  if (!port.empty() &&
+      (port.size() == 1 || port[0] != ':' ||
+       !std::all_of(port.begin() + 1, port.end(), [](char c) { return c >= '0' && c <= '9'; })))
+    return false;
+  return name == "localhost" || name == "127.0.0.1" || name == "[::1]" ||
+         name.ends_with(".localhost");
+}
+
+// The declared Content-Length (0 without one; unreadable: as large as can be).
+uint64_t content_length(const httplib::Request& req) {
+  const std::string v = req.get_header_value("Content-Length");
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  return v.empty() ? 0 : ec != std::errc() || end != v.data() + v.size() ? UINT64_MAX : n;
+}
+
+// Whether a client's key is the key (not empty), in time that depends on the
+// given text's length only, not on where it first differs.
+bool same_secret(std::string_view given, std::string_view key) {
+  size_t diff = given.size() ^ key.size();
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= size_t(uint8_t(given[i]) ^ uint8_t(key[i % key.size()]));
+  return diff == 0;
 }
 
 bool loopback_bind(const std::string& host) {
@@ -102,6 +149,7 @@ HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metri
   srv_.set_read_timeout(60, 0);
   srv_.set_write_timeout(60, 0);
   srv_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    connections_.enter(req);
     return admit(req, res) ? httplib::Server::HandlerResponse::Unhandled
                            : httplib::Server::HandlerResponse::Handled;
   });
@@ -129,7 +177,9 @@ HttpServer::~HttpServer() {
 
 bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
   // DNS rebinding: a page on another name that resolves to 127.0.0.1.
-  if (loopback_bind(opt_.host) && !loopback_host(req.get_header_value("Host"))) {
+  // No Host at all is an HTTP/1.0 client, never a browser.
+  if (loopback_bind(opt_.host) && req.has_header("Host") &&
+      !loopback_host(req.get_header_value("Host"))) {
     send_error(req, res,
                ApiError(403, "Host '" + req.get_header_value("Host") + "' is not allowed"));
     return false;
@@ -152,16 +202,32 @@ bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
       return false;
     }
   }
-  if (opt_.api_key.empty() || req.path == "/health") return true;
+  if (opt_.api_key.empty() || req.path == "/health") return body_acceptable(req, res);
   const std::string auth = req.get_header_value("Authorization");
-  if (auth == "Bearer " + opt_.api_key || req.get_header_value("x-api-key") == opt_.api_key)
-    return true;
+  constexpr std::string_view kBearer = "Bearer ";
+  const bool bearer = std::string_view(auth).starts_with(kBearer);
+  if ((bearer && same_secret(std::string_view(auth).substr(kBearer.size()), opt_.api_key)) ||
+      same_secret(req.get_header_value("x-api-key"), opt_.api_key))
+    return body_acceptable(req, res);
   const bool anthropic = req.path.starts_with("/v1/messages");
   metrics_.request(req.path, 401);
   send_error(req, res,
              ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
                                                                         : "invalid API key"),
              anthropic ? ErrorStyle::anthropic : ErrorStyle::openai);
+  // A large refused body is never read: it would hold the connection while
+  // it arrives (a small one is read as a next request, refused, and closes it).
+  if (req.has_header("Transfer-Encoding") || content_length(req) > kSmallBody)
+    Connections::stop_reading_current();
+  return false;
+}
+
+bool HttpServer::body_acceptable(const httplib::Request& req, httplib::Response& res) {
+  // Refused before it is read (httplib would read and discard all of it).
+  if (content_length(req) <= opt_.max_body) return true;
+  metrics_.request(req.path, 413);
+  send_error(req, res, ApiError(413, "the request body is larger than the server accepts"));
+  Connections::stop_reading_current();
   return false;
 }
 
@@ -169,7 +235,18 @@ void HttpServer::start() {
   port_ = opt_.port == 0 ? srv_.bind_to_any_port(opt_.host) : opt_.port;
   if (port_ < 0 || (opt_.port != 0 && !srv_.bind_to_port(opt_.host, opt_.port)))
     fail("cannot listen on {}:{}", opt_.host, opt_.port);
-  thread_ = std::thread([this] { srv_.listen_after_bind(); });
+  if (!loopback_bind(opt_.host))
+    spdlog::warn(
+        "listening on {}, not loopback: other machines can connect, and the Host header is not "
+        "checked (no DNS rebinding defence){}",
+        opt_.host, opt_.api_key.empty() ? "; no --api-key is set" : "");
+  thread_ = std::thread([this] {
+    srv_.listen_after_bind();
+    listening_done_ = true;
+  });
+  // stop() is a no-op until the server runs: wait, or an error right after
+  // start() would leave the listening thread to be joined forever.
+  while (!srv_.is_running() && !listening_done_) std::this_thread::sleep_for(kPollStart);
 }
 
 void HttpServer::ready(Scheduler& s, ApiContext ctx) {
@@ -178,8 +255,14 @@ void HttpServer::ready(Scheduler& s, ApiContext ctx) {
 }
 
 void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;  // the jobs' loops cancel them and end their responses
   srv_.stop();
-  if (thread_.joinable()) thread_.join();
+  const auto deadline = Clock::now() + kDrain;
+  while ((jobs_ > 0 || !listening_done_) && Clock::now() < deadline)
+    std::this_thread::sleep_for(kPollStart);
+  connections_.shutdown_all();  // idle keep-alive, slow and stalled clients
+  thread_.join();
 }
 
 ojson HttpServer::json_body(const httplib::Request& req) {
@@ -190,9 +273,32 @@ ojson HttpServer::json_body(const httplib::Request& req) {
   }
 }
 
+void HttpServer::post(const std::string& path, httplib::Server::Handler h) {
+  srv_.Post(path, [this, h](const httplib::Request& req, httplib::Response& res,
+                            const httplib::ContentReader& read) {
+    httplib::Request full = req;
+    bool too_large = false;
+    const bool ok = read([&](const char* data, size_t n) {
+      too_large = full.body.size() + n > opt_.max_body;
+      if (!too_large) full.body.append(data, n);
+      return !too_large;  // stops reading
+    });
+    if (!ok) {
+      metrics_.request(req.path, too_large ? 413 : 400);
+      send_error(req, res,
+                 too_large ? ApiError(413, "the request body is larger than the server accepts")
+                           : ApiError(400, "the request body could not be read"));
+      Connections::stop_reading_current();  // the rest of the body is not a next request
+      return;
+    }
+    h(full, res);
+  });
+}
+
 httplib::Server::Handler HttpServer::handler(
     const std::string& endpoint, ErrorStyle style,
     std::function<void(const httplib::Request&, httplib::Response&)> f) {
+  metrics_.endpoint(endpoint);
   return [this, endpoint, style, f](const httplib::Request& req, httplib::Response& res) {
     try {
       f(req, res);
@@ -229,6 +335,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   };
   auto job = sched->submit(std::move(r), on_end);
   if (!job) throw ApiError(429, "the server is busy: too many requests are queued");
+  auto counted = std::make_shared<JobCount>(jobs_);
   auto peer = std::make_shared<PeerSocket>(req.remote_addr, req.remote_port, req.local_port);
   static constexpr auto kPoll = std::chrono::milliseconds(20);
   auto answer = std::make_shared<ParsedDelta>();  // all of it, for the next turn
@@ -245,7 +352,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
         }
         // After every token too: a model faster than the poll never leaves the
         // queue idle, and a gone client must still cancel within one step.
-        if (!peer->alive()) job->cancel();
+        if (!peer->alive() || stopping_) job->cancel();
         continue;
       }
       if (!e->error.empty()) throw ApiError(500, e->error);
@@ -259,7 +366,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   auto begun = std::make_shared<bool>(false);
   res.set_chunked_content_provider(
       w->content_type(true),
-      [job, w, peer, begun, answer, ended](size_t, httplib::DataSink& sink) {
+      [this, job, w, peer, begun, answer, ended](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           return s.empty() || sink.write(s.data(), s.size());
         };
@@ -272,6 +379,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
           if (!write(w->begin())) return drop();
         }
         for (;;) {
+          if (stopping_) job->cancel();  // its end still comes, and is written
           auto e = job->next(kPoll);
           if (!e) {
             if (!peer->alive()) return drop();
@@ -288,7 +396,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
           return true;
         }
       },
-      [job](bool) { job->cancel(); });  // a no-op when it has finished
+      [job, counted](bool) { job->cancel(); });  // a no-op when it has finished
 }
 
 void HttpServer::add_routes() {

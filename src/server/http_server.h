@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "engine/scheduler.h"
 #include "server/api_error.h"
+#include "server/connections.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -56,7 +58,11 @@ class HttpServer {
   // endpoint says 503 until ready().
   void start();
   void ready(Scheduler& s, ApiContext ctx);
+  // Stops within about kDrain: no new connections; open requests have their
+  // jobs cancelled and end well-formed (a stream with its last event); then
+  // every connection is shut, however slow its client.
   void stop();
+  static constexpr std::chrono::milliseconds kDrain{1000};
   int port() const { return port_; }
 
   // For the API modules: their routes, and what they share.
@@ -70,6 +76,9 @@ class HttpServer {
   // Submits r and answers with its output through w (streamed or whole).
   void serve_job(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
                  Request r, bool stream, std::shared_ptr<JobWriter> w);
+  // A POST route: its body read by the server (never more than --max-body,
+  // whatever its framing: Content-Length or chunked), then h.
+  void post(const std::string& path, httplib::Server::Handler h);
   // Wraps a handler: ApiError and other exceptions become error responses,
   // the request is counted by endpoint and status.
   httplib::Server::Handler handler(
@@ -77,13 +86,17 @@ class HttpServer {
       std::function<void(const httplib::Request&, httplib::Response&)> f);
 
  private:
-  bool admit(const httplib::Request& req, httplib::Response& res);  // Host, Origin, key
+  bool admit(const httplib::Request& req, httplib::Response& res);            // Host, Origin, key
+  bool body_acceptable(const httplib::Request& req, httplib::Response& res);  // its length
   void add_routes();
 
   ServeOptions opt_;
   Metrics& metrics_;
+  Connections connections_;
   httplib::Server srv_;
   std::thread thread_;
+  std::atomic<bool> listening_done_{false}, stopping_{false};
+  std::atomic<int> jobs_{0};  // requests being answered from a job
   int port_ = 0;
   std::atomic<Scheduler*> scheduler_{nullptr};
   ApiContext ctx_;

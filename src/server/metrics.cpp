@@ -6,6 +6,24 @@
 
 namespace tern::server {
 
+namespace {
+
+// A label value in the text format: backslash, double quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 void Metrics::Histogram::observe(double x) {
   const size_t i = size_t(std::lower_bound(bounds.begin(), bounds.end(), x) - bounds.begin());
   counts[i]++;
@@ -20,9 +38,14 @@ Metrics::Metrics() {
   token_.counts.assign(token_.bounds.size() + 1, 0);
 }
 
+void Metrics::endpoint(const std::string& name) {
+  std::lock_guard lock(m_);
+  endpoints_.insert(name);
+}
+
 void Metrics::request(const std::string& endpoint, int status) {
   std::lock_guard lock(m_);
-  requests_[{endpoint, status}]++;
+  requests_[{endpoints_.contains(endpoint) ? endpoint : "other", status}]++;
 }
 
 void Metrics::idle_prefill() {
@@ -56,8 +79,8 @@ std::string Metrics::render() const {
       "# HELP tern_requests_total HTTP requests by endpoint and status.\n"
       "# TYPE tern_requests_total counter\n";
   for (const auto& [key, n] : requests_)
-    out += fmt::format("tern_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
-                       key.second, n);
+    out += fmt::format("tern_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n",
+                       label_value(key.first), key.second, n);
   counter("tern_prompt_tokens_total", "Prompt tokens of finished generations.", prompt_);
   counter("tern_cached_tokens_total", "Prompt tokens served from the session cache.", cached_);
   counter("tern_completion_tokens_total", "Generated tokens.", completion_);

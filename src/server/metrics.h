@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ namespace tern::server {
 class Metrics {
  public:
   Metrics();
+  // An endpoint requests may be counted under; a request to any other path
+  // (a refused key on a made-up path, say) is counted under "other".
+  void endpoint(const std::string& name);
   void request(const std::string& endpoint, int status);
   // A finished generation's tokens, cache use and latencies.
   void generation(const Result& r);
@@ -34,6 +38,7 @@ class Metrics {
     void observe(double x);
   };
   mutable std::mutex m_;
+  std::set<std::string> endpoints_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_ = 0, cached_ = 0, completion_ = 0, hits_ = 0, misses_ = 0, idle_prefills_ = 0;
   Histogram ttft_, token_;

@@ -14,6 +14,11 @@ class PeerSocket {
   PeerSocket(const std::string& remote_addr, int remote_port, int local_port);
   // False once the peer has closed or reset the connection.
   bool alive() const;
+  // The socket (-1: not found), while it is still this connection's.
+  int fd() const { return fd_ >= 0 && same_peer(fd_) ? fd_ : -1; }
+  bool same_addresses(const std::string& remote_addr, int remote_port, int local_port) const {
+    return remote_addr == remote_addr_ && remote_port == remote_port_ && local_port == local_port_;
+  }
 
  private:
   bool same_peer(int fd) const;

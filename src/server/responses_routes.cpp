@@ -199,17 +199,17 @@ class ResponsesWriter : public JobWriter {
 }  // namespace
 
 void add_responses_routes(HttpServer& s, ResponseStore& store) {
-  s.http().Post("/v1/responses",
-                s.handler("/v1/responses", ErrorStyle::openai,
-                          [&s, &store](const httplib::Request& req, httplib::Response& res) {
-                            if (!s.scheduler()) throw ApiError(503, "the model is still loading");
-                            ResponsesRequest r = parse_responses_request(HttpServer::json_body(req),
-                                                                         s.context(), store);
-                            auto w = std::make_shared<ResponsesWriter>(s.context(), r, store);
-                            if (r.stream) w->streaming();
-                            r.req.id = w->id();
-                            s.serve_job(req, res, "/v1/responses", std::move(r.req), r.stream, w);
-                          }));
+  s.post("/v1/responses",
+         s.handler("/v1/responses", ErrorStyle::openai,
+                   [&s, &store](const httplib::Request& req, httplib::Response& res) {
+                     if (!s.scheduler()) throw ApiError(503, "the model is still loading");
+                     ResponsesRequest r =
+                         parse_responses_request(HttpServer::json_body(req), s.context(), store);
+                     auto w = std::make_shared<ResponsesWriter>(s.context(), r, store);
+                     if (r.stream) w->streaming();
+                     r.req.id = w->id();
+                     s.serve_job(req, res, "/v1/responses", std::move(r.req), r.stream, w);
+                   }));
 }
 
 }  // namespace tern::server

@@ -8,6 +8,7 @@ namespace tern {
 namespace {
 
 constexpr size_t kMaxCachedPiece = 64;  // bytes
+constexpr size_t kReusedPieceBytes = 4096;
 constexpr size_t kMaxCacheEntries = 1 << 16;
 
 }  // namespace
@@ -64,8 +65,17 @@ void Bpe::merge(std::string_view piece, std::vector<int32_t>& out) const {
     int32_t rank, pos, left, right, id;
     bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  thread_local std::vector<Sym> sym;
-  thread_local std::vector<Cand> heap;
+  struct Scratch {
+    std::vector<Sym> sym;
+    std::vector<Cand> heap;
+  };
+  // Reused across calls, up to pieces of kReusedPieceBytes: one long word
+  // (~50 bytes per byte) must not stay held by every thread that met one.
+  thread_local Scratch reused;
+  Scratch fresh;
+  Scratch& scratch = piece.size() <= kReusedPieceBytes ? reused : fresh;
+  auto& sym = scratch.sym;
+  auto& heap = scratch.heap;
   const auto n = int32_t(piece.size());
   sym.resize(size_t(n));
   heap.clear();

@@ -2,7 +2,9 @@
 // left free, tool_choice "auto" triggered by <tool_call>), stop tokens where
 // the grammar may end and only them when it is done, completion reporting,
 // and the response_format and completion fields with their errors (tool_choice
-// is the server's: tests/server).
+// is the server's: tests/server), and the grammar cache's bounds.
+#include <fmt/format.h>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -44,8 +46,9 @@ grammar::GrammarCache& cache() {
   return c;
 }
 
-std::unique_ptr<GrammarConstraint> constraint(const ConstraintRequest& r, bool thinking) {
-  return grammar::make_constraint(r, cache(), thinking, {id("<|im_end|>")});
+std::unique_ptr<GrammarConstraint> constraint(const ConstraintRequest& r, bool thinking,
+                                              grammar::GrammarCache& c = cache()) {
+  return grammar::make_constraint(r, c, thinking, {id("<|im_end|>")});
 }
 
 ConstraintRequest answer_schema(const std::string& schema) {
@@ -193,19 +196,44 @@ TEST(Constraint, RequestFields) {
                Error);
 }
 
-TEST(Constraint, CacheReusesCompiledGrammars) {
-  grammar::GrammarCache c(qwen3_vocab(), 2);
+TEST(Constraint, CacheKeepsOnlyUsedGrammarsWithinItsBytes) {
+  auto make_a = [] { return grammar::parse_gbnf("root ::= \"a\"", nullptr); };
+  const size_t one = grammar::CompiledGrammar(make_a(), qwen3_vocab()).memory() + 2 * 2;
+  grammar::GrammarCache c(qwen3_vocab(), 8 * one);  // eight grammars of two-letter keys
   int built = 0;
   auto make = [&] {
     ++built;
-    return grammar::parse_gbnf("root ::= \"a\"", nullptr);
+    return make_a();
   };
-  auto a = c.get("a", make);
-  EXPECT_EQ(c.get("a", make), a);
-  c.get("b", make);
-  c.get("c", make);  // "a" is the least recently used: dropped
-  c.get("a", make);
-  EXPECT_EQ(built, 4);
+  auto a = c.get("k0", make);
+  EXPECT_NE(c.get("k0", make), a);  // not used yet: not kept
+  EXPECT_EQ(c.bytes(), 0u);
+  c.keep("k0", a);
+  EXPECT_EQ(c.get("k0", make), a);
+  for (int i = 1; i <= 8; ++i) {
+    const std::string key = fmt::format("k{}", i);
+    c.keep(key, c.get(key, make));
+  }
+  EXPECT_EQ(c.bytes(), 8 * one);  // "k0", the least recently used, dropped
+  EXPECT_NE(c.get("k0", make), a);
+  EXPECT_EQ(built, 11);
+}
+
+TEST(Constraint, CacheDoesNotKeepAGrammarOverAnEighthOfItsBytes) {
+  grammar::GrammarCache c(qwen3_vocab(), 64 << 10);
+  auto big = c.get("big", [] { return grammar::parse_gbnf("root ::= [a-z]{2000}", nullptr); });
+  ASSERT_GT(big->memory(), size_t(8) << 10);
+  c.keep("big", big);
+  EXPECT_EQ(c.bytes(), 0u);
+}
+
+TEST(Constraint, TheCacheKeepsAGrammarWhenGenerationFirstUsesIt) {
+  grammar::GrammarCache c(qwen3_vocab());
+  auto k = constraint(kSchema, false, c);
+  EXPECT_EQ(c.bytes(), 0u);  // compiled for a request not (yet) served
+  std::vector<uint32_t> words(size_t(qwen3_vocab()->size() + 31) / 32);
+  k->allowed(words);
+  EXPECT_GT(c.bytes(), 0u);
 }
 
 }  // namespace
