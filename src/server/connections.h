@@ -19,9 +19,14 @@ class Connections {
   // From the pre-routing handler: this worker thread now serves req's connection.
   void enter(const httplib::Request& req);
   void shutdown_all();
-  // This thread's connection reads nothing more (the rest of a refused
-  // body), and closes once the response is written.
-  static void stop_reading_current();
+  // This thread's connection closes once the response is written, after
+  // the rest of a refused body is drained for at most kLinger (a close with
+  // unread data resets the connection, and the client would lose the
+  // refusal). Call with the response's "Connection: close" set.
+  static void close_after_response();
+  // From the server's logger, which runs once a response is written.
+  static void linger_if_closing();
+  static constexpr int kLingerMs = 1000;
 
  private:
   std::mutex m_;

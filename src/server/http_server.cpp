@@ -17,7 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollStart = std::chrono::milliseconds(5);
-constexpr uint64_t kSmallBody = 64 << 10;
 
 // Counts a request answered from a job while it lasts (stop() waits for them).
 struct JobCount {
@@ -148,6 +147,9 @@ HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metri
   srv_.set_tcp_nodelay(true);  // a streamed token must not wait for the last one's ACK (Nagle)
   srv_.set_read_timeout(60, 0);
   srv_.set_write_timeout(60, 0);
+  srv_.set_logger([](const httplib::Request&, const httplib::Response&) {
+    Connections::linger_if_closing();  // runs once the response is written
+  });
   srv_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     connections_.enter(req);
     return admit(req, res) ? httplib::Server::HandlerResponse::Unhandled
@@ -215,10 +217,11 @@ bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
              ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
                                                                         : "invalid API key"),
              anthropic ? ErrorStyle::anthropic : ErrorStyle::openai);
-  // A large refused body is never read: it would hold the connection while
-  // it arrives (a small one is read as a next request, refused, and closes it).
-  if (req.has_header("Transfer-Encoding") || content_length(req) > kSmallBody)
-    Connections::stop_reading_current();
+  // A refused body is not read (only drained, briefly, as the connection closes).
+  if (req.has_header("Transfer-Encoding") || content_length(req) > 0) {
+    res.set_header("Connection", "close");
+    Connections::close_after_response();
+  }
   return false;
 }
 
@@ -227,7 +230,8 @@ bool HttpServer::body_acceptable(const httplib::Request& req, httplib::Response&
   if (content_length(req) <= opt_.max_body) return true;
   metrics_.request(req.path, 413);
   send_error(req, res, ApiError(413, "the request body is larger than the server accepts"));
-  Connections::stop_reading_current();
+  res.set_header("Connection", "close");
+  Connections::close_after_response();
   return false;
 }
 
@@ -288,7 +292,8 @@ void HttpServer::post(const std::string& path, httplib::Server::Handler h) {
       send_error(req, res,
                  too_large ? ApiError(413, "the request body is larger than the server accepts")
                            : ApiError(400, "the request body could not be read"));
-      Connections::stop_reading_current();  // the rest of the body is not a next request
+      res.set_header("Connection", "close");  // the rest of the body is not a next request
+      Connections::close_after_response();
       return;
     }
     h(full, res);
