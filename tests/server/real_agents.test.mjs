@@ -64,11 +64,14 @@ const script = writeScript([
   { trigger: "sdk object", reply: think("A JSON object.") + '{"city": "Oslo", "celsius": -3}' },
 ]);
 
+// As the README serves it: the agents' name, and any other (sub-agents and
+// side requests may ask for names of their own).
+const SERVED = ["--served-model-name", MODEL, "--served-model-name", "*"];
 let scripted, dummy, rec;
 before(async () => {
   [scripted, dummy] = await Promise.all([
-    new Server(makeDummy(11), ["--script", script, "--served-model-name", MODEL]).start(),
-    new Server(makeDummy(12), ["--served-model-name", MODEL]).start()]);
+    new Server(makeDummy(11), ["--script", script, ...SERVED]).start(),
+    new Server(makeDummy(12), SERVED).start()]);
   rec = await new Recorder(scripted.url).start();
 });
 const scratch = Object.values(runs).map((r) => r.base);  // the agents' folders, removed at the end
