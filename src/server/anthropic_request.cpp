@@ -12,12 +12,10 @@ constexpr std::string_view kBillingHeader = "x-anthropic-billing-header:";
 
 std::string without_billing_header(std::string text) {
   if (!text.starts_with(kBillingHeader)) return text;
-  static std::once_flag logged;
-  std::call_once(logged, [] {
+  if (first_time("billing header"))
     spdlog::info(
         "anthropic: the x-anthropic-billing-header line of system prompts is dropped "
         "(its per-request hash would defeat prefix reuse)");
-  });
   const size_t eol = text.find('\n');
   return eol == std::string::npos ? "" : text.substr(eol + 1);
 }

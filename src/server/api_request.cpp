@@ -37,7 +37,10 @@ std::vector<std::string> ApiContext::listed_models() const {
 
 std::string check_model(const Fields& f, const ApiContext& ctx) {
   const auto asked = f.string("model");
-  if (!asked) return ctx.listed_models().empty() ? "" : ctx.listed_models().front();
+  if (!asked) {
+    const auto listed = ctx.listed_models();
+    return listed.empty() ? "" : listed.front();
+  }
   for (const std::string& m : ctx.models)
     if (m == "*" || m == *asked) return *asked;
   std::string served;

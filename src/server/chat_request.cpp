@@ -55,6 +55,9 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   using Mode = ToolChoice::Mode;
   const bool have_tools = !c.tools.is_null() && !c.tools.empty();
   const bool calls = have_tools && c.choice.mode != Mode::none;
+  if ((c.choice.mode == Mode::required || c.choice.mode == Mode::function) && !have_tools)
+    bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list",
+                c.choice.mode == Mode::required ? "required" : c.choice.function);
   ojson render = {{"messages", place_system_messages(c.messages)}, {"add_generation_prompt", true}};
   if (calls) render["tools"] = c.tools;
   if (c.thinking) render["enable_thinking"] = *c.thinking;
@@ -73,9 +76,6 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   r.tool_calls = calls;  // without tools, <tool_call> in the answer is text
   using Tools = grammar::ConstraintRequest::Tools;
   grammar::ConstraintRequest want = c.format;
-  if ((c.choice.mode == Mode::required || c.choice.mode == Mode::function) && !have_tools)
-    bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list",
-                c.choice.mode == Mode::required ? "required" : c.choice.function);
   if (calls) {
     want.tools = c.choice.mode == Mode::required   ? Tools::required
                  : c.choice.mode == Mode::function ? Tools::named
