@@ -5,7 +5,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-      libpcre2-dev libutf8proc-dev libcpp-httplib-dev libcairo2-dev python3 python3-numpy python3-jinja2
+      libpcre2-dev libutf8proc-dev libboost-dev libcairo2-dev python3 python3-numpy python3-jinja2
       python3-jsonschema nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do

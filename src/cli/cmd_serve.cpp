@@ -36,12 +36,13 @@ struct ServeCmd {
   ModelOptions model;
   server::ServeOptions http;
   int64_t ctx_size = 0;
-  size_t max_queue = 8;  // below --threads: each waiting request holds an HTTP thread
+  size_t max_queue = 8;  // below --threads: each waiting request holds a worker
   std::string cache_mem = "4G";
   int64_t snapshot_every = 4096;
   std::vector<std::string> served_names;
   std::string tokenizer, script, dummy;
   std::string api_key_file;
+  int idle_timeout = 30, header_timeout = 10, body_timeout = 60;  // seconds
 };
 
 // --api-key-file's first line (without the line end).
@@ -80,6 +81,9 @@ int serve(const ServeCmd& o) {
     fail("{} has no tokenizer.json (give one with --tokenizer DIR)", tok_dir);
 
   server::ServeOptions http_options = o.http;
+  http_options.limits.idle_timeout = std::chrono::seconds(o.idle_timeout);
+  http_options.limits.header_timeout = std::chrono::seconds(o.header_timeout);
+  http_options.limits.body_timeout = std::chrono::seconds(o.body_timeout);
   if (!o.api_key_file.empty()) {
     if (!o.http.api_key.empty()) fail("give one of --api-key (or TERN_API_KEY) and --api-key-file");
     http_options.api_key = read_api_key(o.api_key_file);
@@ -119,9 +123,9 @@ int serve(const ServeCmd& o) {
   eo.snapshot_every = o.snapshot_every;
   eo.ctx_size = o.ctx_size;
   Engine engine(*backend, &tok, eo);
-  if (o.max_queue + 1 >= size_t(o.http.threads))
+  if (o.max_queue + 1 >= size_t(o.http.limits.workers))
     spdlog::warn("--max-queue {} with --threads {}: the queue never fills, so no 429 is sent",
-                 o.max_queue, o.http.threads);
+                 o.max_queue, o.http.limits.workers);
   Scheduler scheduler(engine, o.max_queue);
   metrics.gauge("tern_queue_depth", "Requests waiting for the engine.",
                 [&] { return double(scheduler.waiting()); });
@@ -178,11 +182,28 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option(
       "--cors-origin", o->http.cors_origins,
       "Allow browser requests from this origin beyond loopback ones (repeatable; * for any)");
-  cmd->add_option("--threads", o->http.threads, "HTTP worker threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--threads", o->http.limits.workers,
+                  "Threads answering requests (reading and writing them takes none)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-connections", o->http.limits.max_connections,
+                  "Open connections at most (then the oldest idle or slow one is closed)")
+      ->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--max-client-connections", o->http.limits.max_client_connections,
+                  "Open connections from one address at most (likewise)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--idle-timeout", o->idle_timeout,
+                  "Seconds a keep-alive connection may wait for its next request")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--header-timeout", o->header_timeout,
+                  "Seconds a request's head may take to arrive, from its first byte")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--body-timeout", o->body_timeout,
+                  "Seconds a request's body may take to arrive, after its head")
+      ->check(CLI::Range(1, 3600));
   cmd->add_flag("!--no-idle-prefill", o->http.idle_prefill,
                 "Do not prefill a chat's likely next turn (its answer as history and the next "
                 "message's start) while idle");
-  cmd->add_option("--max-body", o->http.max_body, "Largest request body in bytes (then 413)")
+  cmd->add_option("--max-body", o->http.limits.max_body, "Largest request body in bytes (then 413)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 32));
   cmd->add_option("--tokenizer", o->tokenizer, "Folder with tokenizer.json (default: --model)");
   cmd->add_option("--dummy", o->dummy,

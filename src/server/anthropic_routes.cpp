@@ -140,7 +140,7 @@ class MessagesWriter : public JobWriter {
 void add_anthropic_routes(HttpServer& s) {
   s.post("/v1/messages",
          s.handler("/v1/messages", ErrorStyle::anthropic,
-                   [&s](const httplib::Request& req, httplib::Response& res) {
+                   [&s](const HttpRequest& req, HttpResponse& res) {
                      if (!s.scheduler()) throw ApiError(503, "the model is still loading");
                      MessagesRequest m =
                          parse_messages_request(HttpServer::json_body(req), s.context(), false);
@@ -152,7 +152,7 @@ void add_anthropic_routes(HttpServer& s) {
                    }));
   s.post("/v1/messages/count_tokens",
          s.handler("/v1/messages/count_tokens", ErrorStyle::anthropic,
-                   [&s](const httplib::Request& req, httplib::Response& res) {
+                   [&s](const HttpRequest& req, HttpResponse& res) {
                      if (!s.scheduler()) throw ApiError(503, "the model is still loading");
                      const MessagesRequest m =
                          parse_messages_request(HttpServer::json_body(req), s.context(), true);

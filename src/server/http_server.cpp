@@ -4,28 +4,16 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <chrono>
 
 #include "core/json_text.h"
 #include "server/openai_response.h"
-#include "server/peer_socket.h"
 
 namespace tern::server {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kPollStart = std::chrono::milliseconds(5);
-
-// Counts a request answered from a job while it lasts (stop() waits for them).
-struct JobCount {
-  explicit JobCount(std::atomic<int>& n) : n_(n) { ++n_; }
-  ~JobCount() { --n_; }
-  JobCount(const JobCount&) = delete;
-  JobCount& operator=(const JobCount&) = delete;
-  std::atomic<int>& n_;
-};
 
 // A Host header or origin authority naming this machine: the name (any
 // case) and an optional port, nothing else.
@@ -50,14 +38,6 @@ bool loopback_host(std::string_view authority) {
          name.ends_with(".localhost");
 }
 
-// The declared Content-Length (0 without one; unreadable: as large as can be).
-uint64_t content_length(const httplib::Request& req) {
-  const std::string v = req.get_header_value("Content-Length");
-  uint64_t n = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  return v.empty() ? 0 : ec != std::errc() || end != v.data() + v.size() ? UINT64_MAX : n;
-}
-
 // Whether a client's key is the key (not empty), in time that depends on the
 // given text's length only, not on where it first differs.
 bool same_secret(std::string_view given, std::string_view key) {
@@ -65,6 +45,11 @@ bool same_secret(std::string_view given, std::string_view key) {
   for (size_t i = 0; i < given.size(); ++i)
     diff |= size_t(uint8_t(given[i]) ^ uint8_t(key[i % key.size()]));
   return diff == 0;
+}
+
+// Anthropic's routes answer errors in Anthropic's shape, whoever refuses them.
+ErrorStyle style_of(const std::string& path) {
+  return path.starts_with("/v1/messages") ? ErrorStyle::anthropic : ErrorStyle::openai;
 }
 
 bool loopback_bind(const std::string& host) {
@@ -107,12 +92,11 @@ void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
 
 }  // namespace
 
-void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e,
-                ErrorStyle style) {
+void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e, ErrorStyle style) {
   // One warning line per refusal: the client's x-request-id (else a new
   // id), endpoint, status and message, JSON-quoted so that nothing a client
   // sent can start a line of its own. Never the body or the key.
-  std::string id = req.get_header_value("x-request-id");
+  std::string id = req.header("x-request-id");
   if (id.empty() || id.size() > 64) id = random_id("req_");
   auto quote = [](const std::string& text) {
     return ojson(text).dump(-1, ' ', false, ojson::error_handler_t::replace);
@@ -141,35 +125,13 @@ void send_error(const httplib::Request& req, httplib::Response& res, const ApiEr
   res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
 }
 
-HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics) : opt_(o), metrics_(metrics) {
-  srv_.new_task_queue = [n = o.threads] { return new httplib::ThreadPool(size_t(n)); };
-  srv_.set_payload_max_length(o.max_body);
-  srv_.set_tcp_nodelay(true);  // a streamed token must not wait for the last one's ACK (Nagle)
-  srv_.set_read_timeout(60, 0);
-  srv_.set_write_timeout(60, 0);
-  srv_.set_logger([](const httplib::Request&, const httplib::Response&) {
-    Connections::linger_if_closing();  // runs once the response is written
-  });
-  srv_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    connections_.enter(req);
-    return admit(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                           : httplib::Server::HandlerResponse::Handled;
-  });
-  srv_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 413)
-      send_error(req, res, ApiError(413, "the request body is larger than the server accepts"));
-    else if (res.status == 404)
-      send_error(req, res, ApiError(404, "no route " + req.method + " " + req.path));
-    else if (res.status == 405)
-      send_error(req, res, ApiError(405, "method " + req.method + " not allowed on " + req.path));
-    else if (res.status >= 400)
-      send_error(req, res, ApiError(res.status, "the request could not be read"));
-  });
-  srv_.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
-        send_error(req, res, ApiError(500, "internal error"));
-      });
+HttpServer::HttpServer(const ServeOptions& o, Metrics& metrics)
+    : opt_(o), metrics_(metrics), transport_(*this, o.limits) {
+  metrics_.gauge("tern_http_connections", "Open HTTP connections.",
+                 [this] { return double(transport_.open_connections()); });
+  metrics_.counter("tern_http_connections_evicted_total",
+                   "Connections closed to make room (idle or slow ones, over the caps).",
+                   [this] { return double(transport_.evicted_connections()); });
   add_routes();
 }
 
@@ -177,18 +139,18 @@ HttpServer::~HttpServer() {
   stop();
 }
 
-bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
+bool HttpServer::admit(const HttpRequest& req, HttpResponse& res) {
   // DNS rebinding: a page on another name that resolves to 127.0.0.1.
   // No Host at all is an HTTP/1.0 client, never a browser.
-  if (loopback_bind(opt_.host) && req.has_header("Host") &&
-      !loopback_host(req.get_header_value("Host"))) {
-    send_error(req, res,
-               ApiError(403, "Host '" + req.get_header_value("Host") + "' is not allowed"));
+  if (loopback_bind(opt_.host) && req.has_header("Host") && !loopback_host(req.header("Host"))) {
+    metrics_.request(req.path, 403);
+    send_error(req, res, ApiError(403, "Host '" + req.header("Host") + "' is not allowed"));
     return false;
   }
-  const std::string origin = req.get_header_value("Origin");
+  const std::string origin = req.header("Origin");
   if (!origin.empty()) {
     if (!origin_allowed(origin, opt_.cors_origins)) {
+      metrics_.request(req.path, 403);
       send_error(req, res,
                  ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"));
       return false;
@@ -204,53 +166,55 @@ bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
       return false;
     }
   }
-  if (opt_.api_key.empty() || req.path == "/health") return body_acceptable(req, res);
-  const std::string auth = req.get_header_value("Authorization");
+  if (opt_.api_key.empty() || req.path == "/health") return true;
+  const std::string auth = req.header("Authorization");
   constexpr std::string_view kBearer = "Bearer ";
   const bool bearer = std::string_view(auth).starts_with(kBearer);
   if ((bearer && same_secret(std::string_view(auth).substr(kBearer.size()), opt_.api_key)) ||
-      same_secret(req.get_header_value("x-api-key"), opt_.api_key))
-    return body_acceptable(req, res);
-  const bool anthropic = req.path.starts_with("/v1/messages");
+      same_secret(req.header("x-api-key"), opt_.api_key))
+    return true;
   metrics_.request(req.path, 401);
   send_error(req, res,
              ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
                                                                         : "invalid API key"),
-             anthropic ? ErrorStyle::anthropic : ErrorStyle::openai);
-  // A refused body is not read (only drained, briefly, as the connection closes).
-  if (req.has_header("Transfer-Encoding") || content_length(req) > 0) {
-    res.set_header("Connection", "close");
-    Connections::close_after_response();
-  }
+             style_of(req.path));
   return false;
 }
 
-bool HttpServer::body_acceptable(const httplib::Request& req, httplib::Response& res) {
-  // Refused before it is read (httplib would read and discard all of it).
-  if (content_length(req) <= opt_.max_body) return true;
-  metrics_.request(req.path, 413);
-  send_error(req, res, ApiError(413, "the request body is larger than the server accepts"));
-  res.set_header("Connection", "close");
-  Connections::close_after_response();
-  return false;
+bool HttpServer::quick(const HttpRequest& req) const {
+  const auto it = routes_.find(req.path);
+  return req.method != "POST" || it == routes_.end() || !it->second.post;
+}
+
+void HttpServer::answer(const HttpRequest& req, HttpResponse& res) {
+  const auto it = routes_.find(req.path);
+  const std::string method = req.method == "HEAD" ? "GET" : req.method;
+  const Handler* h = it == routes_.end() ? nullptr
+                     : method == "GET"   ? &it->second.get
+                     : method == "POST"  ? &it->second.post
+                                         : nullptr;
+  if (h && *h) return (*h)(req, res);
+  const bool known = it != routes_.end();
+  const ApiError e = known ? ApiError(405, "method " + req.method + " not allowed on " + req.path)
+                           : ApiError(404, "no route " + req.method + " " + req.path);
+  metrics_.request(req.path, e.status);
+  send_error(req, res, e, style_of(req.path));
+}
+
+void HttpServer::refuse(const HttpRequest& head, int status, const std::string& message,
+                        HttpResponse& res) {
+  metrics_.request(head.path, status);
+  send_error(head, res, ApiError(status, message), style_of(head.path));
 }
 
 void HttpServer::start() {
-  port_ = opt_.port == 0 ? srv_.bind_to_any_port(opt_.host) : opt_.port;
-  if (port_ < 0 || (opt_.port != 0 && !srv_.bind_to_port(opt_.host, opt_.port)))
-    fail("cannot listen on {}:{}", opt_.host, opt_.port);
+  port_ = transport_.bind(opt_.host, opt_.port);
   if (!loopback_bind(opt_.host))
     spdlog::warn(
         "listening on {}, not loopback: other machines can connect, and the Host header is not "
         "checked (no DNS rebinding defence){}",
         opt_.host, opt_.api_key.empty() ? "; no --api-key is set" : "");
-  thread_ = std::thread([this] {
-    srv_.listen_after_bind();
-    listening_done_ = true;
-  });
-  // stop() is a no-op until the server runs: wait, or an error right after
-  // start() would leave the listening thread to be joined forever.
-  while (!srv_.is_running() && !listening_done_) std::this_thread::sleep_for(kPollStart);
+  transport_.start();
 }
 
 void HttpServer::ready(Scheduler& s, ApiContext ctx) {
@@ -259,17 +223,11 @@ void HttpServer::ready(Scheduler& s, ApiContext ctx) {
 }
 
 void HttpServer::stop() {
-  if (!thread_.joinable()) return;
   stopping_ = true;  // the jobs' loops cancel them and end their responses
-  srv_.stop();
-  const auto deadline = Clock::now() + kDrain;
-  while ((jobs_ > 0 || !listening_done_) && Clock::now() < deadline)
-    std::this_thread::sleep_for(kPollStart);
-  connections_.shutdown_all();  // idle keep-alive, slow and stalled clients
-  thread_.join();
+  transport_.stop(kDrain);
 }
 
-ojson HttpServer::json_body(const httplib::Request& req) {
+ojson HttpServer::json_body(const HttpRequest& req) {
   try {
     return parse_json_text(req.body, "the body");
   } catch (const Error& e) {
@@ -277,48 +235,32 @@ ojson HttpServer::json_body(const httplib::Request& req) {
   }
 }
 
-void HttpServer::post(const std::string& path, httplib::Server::Handler h) {
-  srv_.Post(path, [this, h](const httplib::Request& req, httplib::Response& res,
-                            const httplib::ContentReader& read) {
-    httplib::Request full = req;
-    bool too_large = false;
-    const bool ok = read([&](const char* data, size_t n) {
-      too_large = full.body.size() + n > opt_.max_body;
-      if (!too_large) full.body.append(data, n);
-      return !too_large;  // stops reading
-    });
-    if (!ok) {
-      metrics_.request(req.path, too_large ? 413 : 400);
-      send_error(req, res,
-                 too_large ? ApiError(413, "the request body is larger than the server accepts")
-                           : ApiError(400, "the request body could not be read"));
-      res.set_header("Connection", "close");  // the rest of the body is not a next request
-      Connections::close_after_response();
-      return;
-    }
-    h(full, res);
-  });
+void HttpServer::get(const std::string& path, Handler h) {
+  routes_[path].get = std::move(h);
 }
 
-httplib::Server::Handler HttpServer::handler(
-    const std::string& endpoint, ErrorStyle style,
-    std::function<void(const httplib::Request&, httplib::Response&)> f) {
+void HttpServer::post(const std::string& path, Handler h) {
+  routes_[path].post = std::move(h);
+}
+
+HttpServer::Handler HttpServer::handler(const std::string& endpoint, ErrorStyle style, Handler f) {
   metrics_.endpoint(endpoint);
-  return [this, endpoint, style, f](const httplib::Request& req, httplib::Response& res) {
+  return [this, endpoint, style, f](const HttpRequest& req, HttpResponse& res) {
     try {
       f(req, res);
     } catch (const ApiError& e) {
+      res.stream = nullptr;
       send_error(req, res, e, style);
     } catch (const std::exception& e) {
+      res.stream = nullptr;
       send_error(req, res, ApiError(500, e.what()), style);
     }
-    metrics_.request(endpoint, res.status == -1 ? 200 : res.status);  // httplib sets 200 later
+    metrics_.request(endpoint, res.status);
   };
 }
 
-void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
-                           const std::string& endpoint, Request r, bool stream,
-                           std::shared_ptr<JobWriter> w) {
+void HttpServer::serve_job(const HttpRequest& req, HttpResponse& res, const std::string& endpoint,
+                           Request r, bool stream, std::shared_ptr<JobWriter> w) {
   Scheduler* sched = scheduler();
   if (!sched) throw ApiError(503, "the model is still loading");
   const auto t0 = Clock::now();
@@ -340,8 +282,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   };
   auto job = sched->submit(std::move(r), on_end);
   if (!job) throw ApiError(429, "the server is busy: too many requests are queued");
-  auto counted = std::make_shared<JobCount>(jobs_);
-  auto peer = std::make_shared<PeerSocket>(req.remote_addr, req.remote_port, req.local_port);
+  const auto connected = req.connected;
   static constexpr auto kPoll = std::chrono::milliseconds(20);
   auto answer = std::make_shared<ParsedDelta>();  // all of it, for the next turn
   auto ended = [this, sched, job, answer](const Job::Event& e) {
@@ -357,7 +298,7 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
         }
         // After every token too: a model faster than the poll never leaves the
         // queue idle, and a gone client must still cancel within one step.
-        if (!peer->alive() || stopping_) job->cancel();
+        if (!connected() || stopping_) job->cancel();
         continue;
       }
       if (!e->error.empty()) throw ApiError(500, e->error);
@@ -368,56 +309,42 @@ void HttpServer::serve_job(const httplib::Request& req, httplib::Response& res,
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  auto begun = std::make_shared<bool>(false);
-  res.set_chunked_content_provider(
-      w->content_type(true),
-      [this, job, w, peer, begun, answer, ended](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) {
-          return s.empty() || sink.write(s.data(), s.size());
-        };
-        auto drop = [&] {  // the client is gone
-          job->cancel();
-          return false;
-        };
-        if (!*begun) {
-          *begun = true;
-          if (!write(w->begin())) return drop();
-        }
-        for (;;) {
-          if (stopping_) job->cancel();  // its end still comes, and is written
-          auto e = job->next(kPoll);
-          if (!e) {
-            if (!peer->alive()) return drop();
-            continue;
-          }
-          if (e->delta) {
-            answer->append(ParsedDelta(e->delta->chat));
-            if (!write(w->delta(*e->delta)) || !peer->alive()) return drop();
-            continue;
-          }
-          write(e->error.empty() ? w->end(*e->result) : w->failed(e->error));
-          sink.done();
-          ended(*e);
-          return true;
-        }
-      },
-      [job, counted](bool) { job->cancel(); });  // a no-op when it has finished
+  res.content_type = w->content_type(true);
+  res.stream = [this, job, w, connected, answer, ended](ResponseSink& sink) {
+    auto write = [&](const std::string& s) { return s.empty() || sink.write(s); };
+    if (!write(w->begin())) return job->cancel();  // the client is gone
+    for (;;) {
+      if (stopping_) job->cancel();  // its end still comes, and is written
+      auto e = job->next(kPoll);
+      if (!e) {
+        if (!connected()) return job->cancel();
+        continue;
+      }
+      if (e->delta) {
+        answer->append(ParsedDelta(e->delta->chat));
+        if (!write(w->delta(*e->delta)) || !connected()) return job->cancel();
+        continue;
+      }
+      write(e->error.empty() ? w->end(*e->result) : w->failed(e->error));
+      return ended(*e);
+    }
+  };
 }
 
 void HttpServer::add_routes() {
   // Agents probe the root before their first request (GET, and HEAD through GET).
-  srv_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+  get("/", [](const HttpRequest&, HttpResponse& res) {
     res.set_content(ojson{{"name", "tern"}, {"status", "ok"}}.dump(), "application/json");
   });
-  srv_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", [this](const HttpRequest&, HttpResponse& res) {
     const bool up = scheduler() != nullptr;
     res.status = up ? 200 : 503;
     res.set_content(ojson{{"status", up ? "ok" : "loading"}}.dump(), "application/json");
   });
-  srv_.Get("/metrics", handler("/metrics", ErrorStyle::openai,
-                               [this](const httplib::Request&, httplib::Response& res) {
-                                 res.set_content(metrics_.render(), "text/plain; version=0.0.4");
-                               }));
+  get("/metrics",
+      handler("/metrics", ErrorStyle::openai, [this](const HttpRequest&, HttpResponse& res) {
+        res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+      }));
 }
 
 }  // namespace tern::server

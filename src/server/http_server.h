@@ -1,24 +1,25 @@
-// The HTTP side of tern serve, on cpp-httplib: safe defaults (loopback; the
-// Host header checked against DNS rebinding; browser origins limited to
-// loopback unless --cors-origin allows more; an API key when set; bounded
-// bodies), error objects with the right status, /health (503 while the model
-// loads), /metrics, and the machinery every generating endpoint shares:
-// submit to the engine's queue (429 when full), then stream the job's output
-// or wait for it, cancelling it when the client goes away.
+// The HTTP side of tern serve, over the transport in http_transport.h: safe
+// defaults (loopback; the Host header checked against DNS rebinding; browser
+// origins limited to loopback unless --cors-origin allows more; an API key
+// when set, checked before a body is read), error objects with the right
+// status, /health (503 while the model loads), /metrics, the routes, and the
+// machinery every generating endpoint shares: submit to the engine's queue
+// (429 when full), then stream the job's output or wait for it, cancelling
+// it when the client goes away.
 #pragma once
-
-#include <httplib.h>
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/scheduler.h"
 #include "server/api_error.h"
-#include "server/connections.h"
+#include "server/http_message.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -29,13 +30,12 @@ struct ServeOptions {
   int port = 8080;
   std::string api_key;                    // empty: none required
   std::vector<std::string> cors_origins;  // beyond loopback ones; "*" allows any
-  size_t max_body = size_t(32) << 20;
-  int threads = 16;
+  HttpLimits limits;
   bool idle_prefill = true;  // prefill a chat's likely next turn while idle
 };
 
 // Errors as each API writes them, each with one warning line in the log.
-void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e,
+void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e,
                 ErrorStyle style = ErrorStyle::openai);
 
 // How an API turns a job's output into bytes.
@@ -50,10 +50,12 @@ class JobWriter {
   virtual ErrorStyle errors() const { return ErrorStyle::openai; }
 };
 
-class HttpServer {
+class HttpServer : private HttpService {
  public:
+  using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;
+
   HttpServer(const ServeOptions& o, Metrics& metrics);
-  ~HttpServer();
+  ~HttpServer() override;
   // Binds (throws on failure) and answers in the background; every model
   // endpoint says 503 until ready().
   void start();
@@ -65,38 +67,42 @@ class HttpServer {
   static constexpr std::chrono::milliseconds kDrain{1000};
   int port() const { return port_; }
 
-  // For the API modules: their routes, and what they share.
-  httplib::Server& http() { return srv_; }
+  // For the API modules: their routes, and what they share. A GET route is
+  // answered on the I/O thread (keep it quick); a POST route by a worker,
+  // once its whole body is read (never more than --max-body, whatever its
+  // framing). HEAD is answered as GET without the body.
+  void get(const std::string& path, Handler h);
+  void post(const std::string& path, Handler h);
   // The engine and context once loaded (nullptr before: answer 503).
   Scheduler* scheduler() const { return scheduler_.load(); }
   const ApiContext& context() const { return ctx_; }
   Metrics& metrics() { return metrics_; }
   // The body as JSON (400 on malformed JSON or invalid UTF-8).
-  static ojson json_body(const httplib::Request& req);
+  static ojson json_body(const HttpRequest& req);
   // Submits r and answers with its output through w (streamed or whole).
-  void serve_job(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
-                 Request r, bool stream, std::shared_ptr<JobWriter> w);
-  // A POST route: its body read by the server (never more than --max-body,
-  // whatever its framing: Content-Length or chunked), then h.
-  void post(const std::string& path, httplib::Server::Handler h);
+  void serve_job(const HttpRequest& req, HttpResponse& res, const std::string& endpoint, Request r,
+                 bool stream, std::shared_ptr<JobWriter> w);
   // Wraps a handler: ApiError and other exceptions become error responses,
   // the request is counted by endpoint and status.
-  httplib::Server::Handler handler(
-      const std::string& endpoint, ErrorStyle style,
-      std::function<void(const httplib::Request&, httplib::Response&)> f);
+  Handler handler(const std::string& endpoint, ErrorStyle style, Handler f);
 
  private:
-  bool admit(const httplib::Request& req, httplib::Response& res);            // Host, Origin, key
-  bool body_acceptable(const httplib::Request& req, httplib::Response& res);  // its length
+  // HttpService: Host, Origin and key; the routes; the transport's refusals.
+  bool admit(const HttpRequest& head, HttpResponse& res) override;
+  bool quick(const HttpRequest& req) const override;
+  void answer(const HttpRequest& req, HttpResponse& res) override;
+  void refuse(const HttpRequest& head, int status, const std::string& message,
+              HttpResponse& res) override;
   void add_routes();
 
+  struct Route {
+    Handler get, post;
+  };
   ServeOptions opt_;
   Metrics& metrics_;
-  Connections connections_;
-  httplib::Server srv_;
-  std::thread thread_;
-  std::atomic<bool> listening_done_{false}, stopping_{false};
-  std::atomic<int> jobs_{0};  // requests being answered from a job
+  std::map<std::string, Route> routes_;
+  HttpTransport transport_;
+  std::atomic<bool> stopping_{false};
   int port_ = 0;
   std::atomic<Scheduler*> scheduler_{nullptr};
   ApiContext ctx_;

@@ -66,7 +66,13 @@ void Metrics::generation(const Result& r) {
 void Metrics::gauge(const std::string& name, const std::string& help,
                     std::function<double()> read) {
   std::lock_guard lock(m_);
-  gauges_.push_back({name, help, std::move(read)});
+  gauges_.push_back({name, help, "gauge", std::move(read)});
+}
+
+void Metrics::counter(const std::string& name, const std::string& help,
+                      std::function<double()> read) {
+  std::lock_guard lock(m_);
+  gauges_.push_back({name, help, "counter", std::move(read)});
 }
 
 std::string Metrics::render() const {
@@ -99,7 +105,8 @@ std::string Metrics::render() const {
   histogram("tern_time_to_first_token_seconds", "Request start to its first token.", ttft_);
   histogram("tern_token_latency_seconds", "Time between successive generated tokens.", token_);
   for (const Gauge& g : gauges_)
-    out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", g.name, g.help, g.read());
+    out +=
+        fmt::format("# HELP {0} {1}\n# TYPE {0} {3}\n{0} {2}\n", g.name, g.help, g.read(), g.type);
   return out;
 }
 

@@ -25,8 +25,9 @@ class Metrics {
   void generation(const Result& r);
   // A chat's next turn queued for prefill while idle.
   void idle_prefill();
-  // Gauges, read at each scrape.
+  // Gauges and counters kept elsewhere, read at each scrape.
   void gauge(const std::string& name, const std::string& help, std::function<double()> read);
+  void counter(const std::string& name, const std::string& help, std::function<double()> read);
   std::string render() const;
 
  private:
@@ -44,6 +45,7 @@ class Metrics {
   Histogram ttft_, token_;
   struct Gauge {
     std::string name, help;
+    const char* type;
     std::function<double()> read;
   };
   std::vector<Gauge> gauges_;

@@ -201,7 +201,7 @@ class ResponsesWriter : public JobWriter {
 void add_responses_routes(HttpServer& s, ResponseStore& store) {
   s.post("/v1/responses",
          s.handler("/v1/responses", ErrorStyle::openai,
-                   [&s, &store](const httplib::Request& req, httplib::Response& res) {
+                   [&s, &store](const HttpRequest& req, HttpResponse& res) {
                      if (!s.scheduler()) throw ApiError(503, "the model is still loading");
                      ResponsesRequest r =
                          parse_responses_request(HttpServer::json_body(req), s.context(), store);

@@ -290,8 +290,7 @@ test("bodies over --max-body are refused whatever their framing, before they are
   const t0 = Date.now();
   const declared = await raw(s.port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
                                      "Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{");
-  // A 413, or the connection cut before the body could be read: never read and discarded.
-  assert.ok(declared === "" || /^HTTP\/1\.1 413/.test(declared), declared);
+  assert.match(declared, /^HTTP\/1\.1 413/);
   assert.ok(Date.now() - t0 < 2000);
   // Chunked: counted as it arrives.
   const chunked = await new Promise((resolve) => {
@@ -308,7 +307,7 @@ test("bodies over --max-body are refused whatever their framing, before they are
     setTimeout(() => sock.destroy(), 5000);
   });
   assert.doesNotMatch(chunked, /^HTTP\/1\.1 400/);  // read whole, it would reach the JSON parser
-  assert.ok(chunked === "" || /^HTTP\/1\.1 413/.test(chunked), chunked);
+  assert.match(chunked, /^HTTP\/1\.1 413/);
   const ok = await post(s.url + "/v1/completions", { prompt: "Hi", max_tokens: 2 });
   assert.equal(ok.status, 200);
   await s.stop();

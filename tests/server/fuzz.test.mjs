@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { Server, makeDummy, post } from "./harness.mjs";
 
 const N = Number(process.env.TERN_FUZZ_REQUESTS || 10000);
+const PRESET = process.env.TERN_FUZZ_PRESET || "tiny";  // "mid": the same bound with real widths
 const CACHE = 32 << 20;
 // The fixed overhead beyond the cache: what the server holds when ready
 // (weights mapped, the tokenizer, thread stacks) plus 160 MB for the
@@ -18,7 +19,7 @@ const SLACK = 160 << 20;
 
 let srv, ready;
 before(async () => {
-  srv = await new Server(makeDummy(3), ["--ctx-size", "40", "--cache-mem", String(CACHE),
+  srv = await new Server(makeDummy(3, PRESET), ["--ctx-size", "40", "--cache-mem", String(CACHE),
                                         "--max-body", String(4 << 20), "--max-queue", "8"]).start();
   ready = srv.rss();
 });

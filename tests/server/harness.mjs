@@ -16,9 +16,9 @@ const npm = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..
 export const OpenAI = require(path.join(npm, "openai")).default;
 export const Anthropic = require(path.join(npm, "@anthropic-ai/sdk")).default;
 
-export function makeDummy(seed = 1) {
+export function makeDummy(seed = 1, preset = "tiny") {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tern-serve-"));
-  const r = spawnSync(TERN, ["make-dummy", "--preset", "tiny", "--seed", String(seed), "--out", dir,
+  const r = spawnSync(TERN, ["make-dummy", "--preset", preset, "--seed", String(seed), "--out", dir,
                              "--tokenizer", TOKENIZER], { encoding: "utf8" });
   if (r.status !== 0) throw new Error("make-dummy failed: " + r.stderr);
   return dir;
