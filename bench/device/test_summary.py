@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One line on a test_cuda run (bench/device_run.sh, device_all.sh): its exit
+"""One line on a test_cuda run (bench/device/device_run.sh, device_all.sh): its exit
 status and gtest JSON report counted; PASS only when it exited 0, ran tests
 and none failed or was skipped (TERN_REQUIRE_GPU=1 turns a missing GPU into
 failures, so a skip here is a defect too).

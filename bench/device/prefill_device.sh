@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU call for the prefill work (issue 23), from binaries built here and
-# carried (DEST=<main>/bench/prebuilt-prefill bench/prepare_device.sh, this
+# carried (DEST=<main>/bench/prebuilt-prefill bench/device/prepare_device.sh, this
 # script copied beside them, run as bench/prebuilt-prefill/prefill_device.sh):
 # the GPU tests (TERN_REQUIRE_GPU=1), the prefill sweep with the per-phase
 # split, a 256K-token prompt, variants (MoE and dense tile widths, the GDN
@@ -9,7 +9,7 @@
 # $OUT, a short table last. STEPS picks steps (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-PREBUILT=bench/prebuilt-prefill source bench/prebuilt_env.sh
+PREBUILT=bench/prebuilt-prefill source bench/device/prebuilt_env.sh
 T=$BIN/tern
 steps=${STEPS:-"tests sweep long variants decode sass"}
 has() { [[ " $steps " == *" $1 "* ]]; }

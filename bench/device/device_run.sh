@@ -15,7 +15,7 @@ export TERN_REQUIRE_GPU=1
 (cd "$SRC" && $PWD/$BIN/test_cuda --gtest_brief=1 --gtest_filter="${FILTER:-*}" \
   --gtest_output=json:$OUT/tests.json) 2>&1 | tee $OUT/tests.log | tail -60
 test_rc=${PIPESTATUS[0]}
-python3 bench/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
+python3 bench/device/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
 if [ "${BENCH:-1}" = 1 ]; then
   $BIN/tern bench --dummy 35b-a3b --backend cuda \
     --decode "${DECODE:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}" \

@@ -2,8 +2,8 @@
 # One GPU call for everything at once, when device time is short: the CUDA
 # tests (TERN_REQUIRE_GPU=1, summary as device_run.sh writes it), the prefill
 # sweep, the per-phase split at 2K and 32K, a decode check at 4K and 128K, and the
-# serving path (bench/serve_device.py: session reuse, the server's cost per
-# token, constrained decoding's cost). Binaries from bench/prepare_device.sh;
+# serving path (bench/device/serve_device.py: session reuse, the server's cost per
+# token, constrained decoding's cost). Binaries from bench/device/prepare_device.sh;
 # carry bench/prebuilt and bench/prebuilt/tokenizer (prepare_device.sh
 # TOKENIZER=1 copies the Qwen3 tokenizer there; step `base` also carries the
 # build named by BASE). Each step has a time limit;
@@ -19,7 +19,7 @@ if has tests; then
 (cd "$SRC" && TERN_REQUIRE_GPU=1 timeout ${TESTS_S:-280} $PWD/$BIN/test_cuda --gtest_brief=1 \
   --gtest_output=json:$OUT/tests.json) >$OUT/tests.log 2>&1
 test_rc=$?
-python3 bench/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
+python3 bench/device/test_summary.py "$OUT/tests.json" "$test_rc" "$REV" >$OUT/summary.txt
 cat $OUT/summary.txt; grep -E '^\[  FAILED  \]' $OUT/tests.log | head -20
 fi
 if has sweep; then
@@ -62,7 +62,7 @@ timeout 45 $B --decode 4096,131072 --gen 64 --repeat 2 --json $OUT/decode.json >
 echo "decode exit $?"; grep -E '^ +[0-9]+ ' $OUT/decode.log
 fi
 if has serve; then
-timeout ${SERVE_S:-120} python3 bench/serve_device.py --tern $T --tokenizer $BIN/tokenizer \
+timeout ${SERVE_S:-120} python3 bench/device/serve_device.py --tern $T --tokenizer $BIN/tokenizer \
   --rev "$REV" --json $OUT/serve.json >$OUT/serve.log 2>&1
 echo "serve exit $?"; cut -c1-400 $OUT/serve.log
 fi

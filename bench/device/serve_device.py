@@ -11,7 +11,7 @@ cuda`, then through /v1/chat/completions, streamed, times
   * the same decode under a JSON schema (a long string field the answer
     cannot close within the tokens asked for): the grammar's cost per token.
 
-  python3 bench/serve_device.py --tern BIN --tokenizer DIR [--json OUT]
+  python3 bench/device/serve_device.py --tern BIN --tokenizer DIR [--json OUT]
 """
 import argparse
 import random
