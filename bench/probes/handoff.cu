@@ -9,14 +9,15 @@
 // as each decode GEMV calls it): its cost after the wait with no other traffic
 // on the GPU. 40 pairs in one CUDA graph, replayed 20 times; globaltimer
 // stamps per block, the read or staging as warp 0 finishes it.
-// Round 13 added what a step without PDL's grid-wide hand-off would pay: the
-// consumer polling flags the producer blocks release (per block, one count,
-// per warp), the producer bringing bytes into L2 at its end (does the
+// The other cases measure what a step without PDL's grid-wide hand-off would
+// pay: the consumer polling flags the producer blocks release (per block, one
+// count, per warp), the producer bringing bytes into L2 at its end (does the
 // dependent's wait wait for them?), a hand-off among the 8 blocks of a
 // cluster through DSMEM, and producers reducing 2048 floats each into one
 // vector by atomics (split-K's reduction) before the consumer reads it.
-// Round 14 added L2 prefetches from a kernel outside the chain (a branch of
-// the graph forked before each producer): does a hand-off wait for them too?
+// The side-branch cases add L2 prefetches from a kernel outside the chain (a
+// branch of the graph forked before each producer): does a hand-off wait for
+// them too?
 //
 //   (-DTERN_PROBES=ON) cmake --build build --target handoff && build/handoff (or nvcc -O3
 //   -std=c++17 -arch=sm_90a -I src bench/probes/handoff.cu -o handoff)
@@ -243,7 +244,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) cluster_exchange(float v, Stamp
 }
 
 // A side branch's prefetch: `bytes` at p into L2 from 32 blocks of one
-// warp, 256 KB a bulk prefetch (as round 14's step-graph branch did).
+// warp, 256 KB a bulk prefetch (as the step-graph side branch measured in
+// docs/kernels/cuda-decode.md, Tried and lost, did).
 __global__ void side_prefetch(const uint8_t* p, size_t bytes) {
   const size_t per = bytes / gridDim.x / 16 * 16, b0 = per * blockIdx.x;
   constexpr size_t kPiece = 256 * 1024;

@@ -1,4 +1,5 @@
-// What a persistent step kernel could reach (docs round 15): one launch of
+// What a persistent step kernel could reach (docs/kernels/cuda-decode.md,
+// Tried and lost): one launch of
 // one or two blocks an SM runs 40 Gated DeltaNet layers' memory schedule.
 // Each block's producer warp streams the weights its consumers will need into
 // a ring of shared memory, in the order they use them, as far ahead as the
@@ -20,7 +21,8 @@
 // tile once (about the issue of the engine's tensor-core tiles); `nib` dots
 // each 4-bit code with the input on CUDA cores (more). What it measures is
 // the schedule: µs a layer against the chain's ~25.5 at 4K and the floor.
-// A case is "key=value ..." (Case below); the default list is round 15's.
+// A case is "key=value ..." (Case below); the default list is the one
+// bench/results/persistent-step-bf5dd1a.txt ran.
 //
 //   (-DTERN_PROBES=ON) cmake --build build --target persistent_step && build/persistent_step
 //   [repeats [case ...]] (or nvcc -O3 -std=c++17 -arch=sm_90a -I src

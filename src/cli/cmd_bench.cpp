@@ -404,7 +404,7 @@ Runner add_bench(CLI::App& app) {
                 "min-p 0.05, repetition penalty 1.1) instead of greedy");
   cmd->add_option("--trace", o->trace,
                   "CSV of per-block timestamps of two steps at the first --decode length (a tern "
-                  "built with -DTERN_TRACE=ON; bench/trace_summary.py reads it)");
+                  "built with -DTERN_TRACE=ON; bench/device/trace_summary.py reads it)");
   cmd->add_option("--leave-out", o->leave_out,
                   fmt::format("Step kernels to leave out, comma-separated ({}): the step time "
                               "without them, for a per-kernel breakdown",

@@ -1,5 +1,5 @@
 // The delta rule's test inputs and its plain double-precision reference
-// (MODEL.md §2.4), shared by the reference's and the fast backend's kernel tests.
+// (docs/model.md §DeltaNet), shared by the reference's and the fast backend's kernel tests.
 #pragma once
 
 #include <cmath>
@@ -31,7 +31,7 @@ inline DeltaInputs delta_inputs(int64_t T, int dk, int dv, uint64_t seed) {
   return in;
 }
 
-// The delta rule exactly as MODEL.md §2.4 writes it, in double.
+// The delta rule exactly as docs/model.md §DeltaNet writes it, in double.
 inline std::vector<double> delta_reference(const DeltaInputs& in, int64_t T, int dk, int dv,
                                            std::vector<double>& S) {
   std::vector<double> o(size_t(T * dv));

@@ -28,7 +28,7 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// TERN_REQUIRE_GPU=1 (bench/device_run.sh sets it): a missing GPU fails the
+// TERN_REQUIRE_GPU=1 (bench/device/device_run.sh sets it): a missing GPU fails the
 // test instead of skipping it, so a device run cannot look green unrun.
 inline bool gpu_required() {
   const char* v = std::getenv("TERN_REQUIRE_GPU");

@@ -49,7 +49,7 @@ std::vector<VocabCase> read_vocab_tests(const std::string& dir) {
 }
 
 // The Qwen3 tokenizer.json changed to Qwen3.5's pipeline: no NFC and the split
-// regex with \p{M} (MODEL.md §6.2).
+// regex with \p{M} (docs/model.md §Tokenizer).
 json qwen35_variant() {
   json tok = read_json_file(std::string(TERN_QWEN3_TOKENIZER) + "/tokenizer.json");
   tok["normalizer"] = nullptr;
@@ -79,7 +79,7 @@ TEST(Tokenizer, Qwen35PipelineFromTheFile) {
   auto cases = read_vocab_tests("tokenizer/qwen3.5");
   ASSERT_EQ(cases.size(), 50u);
   for (const auto& c : cases) EXPECT_EQ(tok.encode(c.text), c.ids) << "text: " << c.text;
-  // MODEL.md §6.1/6.2: without NFC a decomposed é stays two pieces of bytes.
+  // docs/model.md §Tokenizer: without NFC a decomposed é stays two pieces of bytes.
   EXPECT_EQ(tok.encode("e\xCC\x81"), (std::vector<int32_t>{68, 53839}));
   EXPECT_EQ(qwen3().encode("e\xCC\x81"), (std::vector<int32_t>{963}));
 }
@@ -108,7 +108,7 @@ TEST(Tokenizer, AddedTokensAreMatchedBeforeSplitting) {
   EXPECT_FALSE(t.is_special(think));
   EXPECT_EQ(t.token_id("Ġthe"), t.encode(" the")[0]);
   EXPECT_FALSE(t.token_id("no such token"));
-  // MODEL.md §7 item 17: "X.<|im_end|>" is three tokens, not seven.
+  // docs/model.md §Tokenizer: "X.<|im_end|>" is three tokens, not seven.
   auto ids = t.encode("X.<|im_end|>");
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(ids[2], im_end);

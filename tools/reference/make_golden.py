@@ -211,7 +211,7 @@ def model_to_official(model, transposed):
 
 
 def experts_functional_check(model, Wf, torch):
-    """Call layer 0's experts module and the router on random input; compare with MODEL.md §2.7 math
+    """Call layer 0's experts module and the router on random input; compare with docs/model.md §MoE math
     on the official-layout tensors (catches a wrong in-memory layout interpretation)."""
     mlp = model.model.layers[0].mlp
     P = R.HF_PREFIX + "layers.0.mlp."
@@ -244,7 +244,7 @@ def experts_functional_check(model, Wf, torch):
     sh = ((g1 / (1 + np.exp(-g1))) * (xd @ su.T)) @ sd_.T
     ref += 1 / (1 + np.exp(-(xd @ Wf[P + "shared_expert_gate.weight"].astype(np.float64).T))) * sh
     err = float(np.abs(full - ref).max())
-    check("MoE block (router + experts + shared) of transformers == MODEL.md §2.7 on official layout",
+    check("MoE block (router + experts + shared) of transformers == docs/model.md §MoE on official layout",
           err < 1e-4, f"max|diff| {err:.3g}")
 
 
@@ -394,10 +394,10 @@ All values exactly representable in bf16 (drawn, then rounded to bf16 RNE). N(0,
 | file | what |
 |---|---|
 | `hf/config.json` | published wrapper form (`Qwen3_5MoeForConditionalGeneration`, `model_type` `qwen3_5_moe`, text under `text_config`; no `vision_config`; `mtp_num_hidden_layers` 0, no `mtp.*` tensors; bos/eos = 511) |
-| `hf/model-00001-of-00002.safetensors`, `hf/model-00002-of-00002.safetensors` | official layout (MODEL.md §5.1): prefix `model.language_model.`, head `lm_head.weight`, `mlp.experts.gate_up_proj` `[E, 2I, D]` (rows 0..I−1 gate, I..2I−1 up) and `mlp.experts.down_proj` `[E, D, I]` without `.weight`, conv1d `[C,1,4]`; BF16 except `A_log` F32. Shard 1: embed + layers 0–1; shard 2: layers 2–3 + norm + lm_head |
+| `hf/model-00001-of-00002.safetensors`, `hf/model-00002-of-00002.safetensors` | official layout (docs/model.md §Checkpoints): prefix `model.language_model.`, head `lm_head.weight`, `mlp.experts.gate_up_proj` `[E, 2I, D]` (rows 0..I−1 gate, I..2I−1 up) and `mlp.experts.down_proj` `[E, D, I]` without `.weight`, conv1d `[C,1,4]`; BF16 except `A_log` F32. Shard 1: embed + layers 0–1; shard 2: layers 2–3 + norm + lm_head |
 | `hf/model.safetensors.index.json` | `{{"metadata": {{"total_size": sum of tensor bytes}}, "weight_map": {{name: shard}}}}` |
 | `mlx4/config.json` | HF config + `quantization` (group 64, 4 bits, affine, 8-bit overrides for every layer's `mlp.gate` and `mlp.shared_expert_gate`) and an identical `quantization_config` |
-| `mlx4/model.safetensors` | MLX layout (MODEL.md §5.2): `language_model.model.` prefix, `language_model.lm_head.`, experts as `mlp.switch_mlp.{{gate,up,down}}_proj`, conv1d `[C,4,1]`, the five RMSNorm_1p families stored as 1+w (BF16), gated norm unchanged, `A_log` F32, dt_bias/norms/conv BF16; every linear, the embedding, lm_head and the expert stacks quantised (`X.weight` U32 `[..., out, in·bits/32]`, `X.scales`/`X.biases` BF16 `[..., out, in/64]`) |
+| `mlx4/model.safetensors` | MLX layout (docs/model.md §Checkpoints): `language_model.model.` prefix, `language_model.lm_head.`, experts as `mlp.switch_mlp.{{gate,up,down}}_proj`, conv1d `[C,4,1]`, the five RMSNorm_1p families stored as 1+w (BF16), gated norm unchanged, `A_log` F32, dt_bias/norms/conv BF16; every linear, the embedding, lm_head and the expert stacks quantised (`X.weight` U32 `[..., out, in·bits/32]`, `X.scales`/`X.biases` BF16 `[..., out, in/64]`) |
 | `tokens.json` | three sequences of ids in [0,512) (seed {seed_t}), lengths 7, 40, 100 |
 | `logits_bf16_<i>.npy` | float32 `[n_i, 512]`: transformers logits with the bf16-exact weights (= the `hf/` files) |
 | `logits_q4_<i>.npy` | float32 `[n_i, 512]`: transformers logits with every quantised tensor replaced by its dequantised value (= the `mlx4/` file; norms identical by construction) |
@@ -512,7 +512,7 @@ def main():
         np.mean([v for n, v in qerr.items() if R.quant_bits_for(n) == 8])))
 
     results = []
-    # ---- numpy oracle (float64, MODEL.md math)
+    # ---- numpy oracle (float64, docs/model.md math)
     t0 = time.time()
     np_b = [R.np_forward(Wb, t) for t in tokens]
     np_q = [R.np_forward(Wq, t) for t in tokens]
@@ -574,9 +574,9 @@ def main():
         db = max(float(np.abs(a - b).max()) for a, b in zip(logits_b, np_b))
         dq = max(float(np.abs(a - b).max()) for a, b in zip(logits_q, np_q))
         ag = np.mean(np.concatenate([a.argmax(1) == b.argmax(1) for a, b in zip(logits_b, np_b)]))
-        check("transformers fp32 logits == float64 numpy oracle of MODEL.md §2 (bf16 and q4 weights)",
+        check("transformers fp32 logits == float64 numpy oracle of docs/model.md §Forward pass (bf16 and q4 weights)",
               max(db, dq) < 2e-3, f"max|diff| bf16 {db:.3g}, q4 {dq:.3g}, top-1 agreement {ag:.3f}")
-        results.append("transformers fp32 vs independent float64 numpy forward (MODEL.md §2, recurrent "
+        results.append("transformers fp32 vs independent float64 numpy forward (docs/model.md §Forward pass, recurrent "
                        "GDN): max|diff| bf16 %.3g, q4 %.3g" % (db, dq))
 
         # prefill vs decode consistency (40-token sequence)

@@ -4,9 +4,9 @@ Contents
   * bf16 rounding on float32 bit patterns (round-to-nearest-even),
   * the exact affine quantiser / dequantiser / packer that tern's C++ engine mirrors,
   * a minimal safetensors writer and reader (BF16 / F32 / U32),
-  * the seeded random weight recipe in the official Hugging Face layout (MODEL.md §5.1),
-  * the official -> MLX 4-bit conversion (MODEL.md §5.2),
-  * a float64 numpy forward pass written from MODEL.md §2 (an independent oracle).
+  * the seeded random weight recipe in the official Hugging Face layout (docs/model.md §Checkpoints),
+  * the official -> MLX 4-bit conversion (docs/model.md §Checkpoints),
+  * a float64 numpy forward pass written from docs/model.md §Forward pass (an independent oracle).
 
 Used by make_golden.py (which runs it next to transformers on the device machine);
 every function here also runs with plain numpy >= 1.24 (tested locally with 1.24 and 2.x).
@@ -260,7 +260,7 @@ def is_rms1p(name):
 
 
 def make_weights(seed, cfg=TEXT_CONFIG):
-    """Seeded random weights, official names/shapes/layout (MODEL.md §5.1).
+    """Seeded random weights, official names/shapes/layout (docs/model.md §Checkpoints).
 
     Returns {name: (file dtype 'BF16'|'F32', float32 ndarray)}; every BF16 tensor is bf16-exact.
     Recipe (N(0, v) means variance v):
@@ -342,7 +342,7 @@ def make_tokens(seed, lengths=(7, 40, 100), vocab=512):
 
 
 # --------------------------------------------------------------------------------------------
-# official -> MLX 4-bit (MODEL.md §5.2)
+# official -> MLX 4-bit (docs/model.md §Checkpoints)
 # --------------------------------------------------------------------------------------------
 
 def quant_bits_for(hf_name):
@@ -461,7 +461,7 @@ def mlx_from_file_dequant(mlx_tensors, quant, cfg=TEXT_CONFIG):
 
 
 # --------------------------------------------------------------------------------------------
-# float64 forward pass written from MODEL.md §2 (recurrent GDN, eager attention)
+# float64 forward pass written from docs/model.md §Forward pass (recurrent GDN, eager attention)
 # --------------------------------------------------------------------------------------------
 
 def _silu(x):

@@ -1,4 +1,4 @@
-// Gated full attention on the CPU (MODEL.md §2.6): q/gate split per head,
+// Gated full attention on the CPU (docs/model.md §Attention): q/gate split per head,
 // q/k RMSNorm, partial rotate-half RoPE, KV cache, causal GQA softmax attention,
 // sigmoid output gate, output projection. fp32 throughout.
 #pragma once

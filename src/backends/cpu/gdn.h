@@ -1,7 +1,7 @@
 // Gated DeltaNet (linear attention) on the CPU, fp32 throughout: the causal
 // conv with its carried state, q/k L2 norms, the gates, the delta rule in its
-// token-by-token (recurrent) and chunked forms (MODEL.md §2.4, §4), the gated
-// RMSNorm and the output projection.
+// token-by-token (recurrent) and chunked forms (docs/model.md §DeltaNet,
+// §DeltaNet chunked), the gated RMSNorm and the output projection.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The mixture-of-experts block on the CPU (MODEL.md §2.7): softmax router,
+// The mixture-of-experts block on the CPU (docs/model.md §MoE): softmax router,
 // top-k, renormalised weights, routed SwiGLU experts (tokens grouped by
 // expert), and the shared expert with its sigmoid gate.
 #pragma once

@@ -200,7 +200,8 @@ __device__ __forceinline__ uint64_t global_ns() {
 // block (over half of what a wide one leaves) fits once beside a wide one. The
 // tile GEMVs are wide, the kernels between them narrow, so a kernel's blocks
 // spread one an SM and the next kernel's blocks start beside them and load
-// early (bench/membench.cu, docs/kernels/cuda-decode.md round 6).
+// early (bench/probes/membench.cu measures what loading early is worth:
+// bench/results/membench.txt).
 constexpr size_t kWideSmem = 150 * 1024, kNarrowSmem = 60 * 1024;
 // The most a narrow block may take beside a wide one (1 KB reserved a block,
 // up to 4 KB of static shared memory).
@@ -253,7 +254,7 @@ cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
 }
 
 // By the fast exp and division (a few ulp; the IEEE forms cost ~20
-// instructions each, and the decode kernels are issue-bound: docs round 8).
+// instructions each, and the decode kernels are bound by issue slots, not bytes).
 // Large |x| come out right: exp overflows to inf and x / inf to 0.
 __device__ __forceinline__ float sigmoidf(float x) {
   return __fdividef(1.0f, 1.0f + __expf(-x));

@@ -658,7 +658,8 @@ namespace tern::cuda {
 
 // The best of several timed rounds, after ~0.1 s of copies that let an idle
 // GPU's clocks rise: timed from cold, the first copies of a call ran up to 4%
-// slower (4.10 against 4.27 TB/s in one call, bench/results round 16).
+// slower (4.10 against 4.27 TB/s within one call: the sweep and the sampler run of
+// bench/results/decode-35b-a3b-dummy-e75a064.json and sample-4096-e75a064.json).
 double copy_bandwidth() {
   constexpr size_t kBytes = size_t(1) << 30;
   constexpr int kWarmup = 200, kRounds = 5, kReps = 10;

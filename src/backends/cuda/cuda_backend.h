@@ -64,11 +64,12 @@ struct PrefillOptions {
   int chunk = 8192;
   // Below ~5 tokens the decode step (1.23 ms a token at 4K on the H100) beats a
   // prefill chunk's fixed cost: 6.9 ms for 8 tokens, 8.6 ms for 16 (~5.3 ms +
-  // 0.21 ms a token; bench/results/short-moe-bn-9238ccf-h100.txt). At b21e7b3
-  // that cost was 22.9 ms for 16 tokens, and this threshold 20.
+  // 0.21 ms a token; bench/results/short-moe-bn-9238ccf-h100.txt): the threshold
+  // follows that fixed cost, so re-measure both when the short-chunk kernels change.
   int step_below = 6;
   // GDN: the chunked (WY) form from this many tokens a chunk, else the scan (equal at 128,
-  // the scan 2-3% faster below, the chunked form faster above: bench/results, b21e7b3).
+  // the scan 2-3% faster below, the chunked form faster above at b21e7b3:
+  // bench/results/prefill-variants-b21e7b3.txt).
   int chunked_from = 128;
   int moe_bn = 0;    // grouped GEMM slots a tile, 16, 32, 48, 64, 96 or 128; 0: by rows per expert
   int dense_bn = 0;  // dense GEMM slots a tile, 16, 32, 64 or 128; 0: by the chunk's tokens

@@ -1,5 +1,5 @@
 // Gated DeltaNet prefill, the chunked (WY / UT) form of the delta rule
-// (MODEL.md §4.2), 64 tokens a chunk, in two kernels:
+// (docs/model.md §DeltaNet chunked), 64 tokens a chunk, in two kernels:
 //
 // chunk_prep, a block per (chunk, value head), every chunk at once: the
 // in-chunk cumulative log-decay gam, the Grams K K^T and Q K^T (tensor cores,

@@ -7,7 +7,7 @@
 // log-decay, written as q, k [T][Hk][128], v [T][Hv][128], beta, g [T][Hv].
 // gdn_conv_state then moves the state past the chunk.
 //
-// gdn_delta_scan: the recurrence token by token (MODEL.md §4.1). Block (value
+// gdn_delta_scan: the recurrence token by token (docs/model.md §DeltaNet). Block (value
 // head n, 16 columns): thread (column c, row group rg) keeps S[16 rg ..
 // 16 rg + 15][c] in registers for the whole call; per token the two dot
 // products with k and q and k.q come from the old state in one pass (o =

@@ -154,8 +154,8 @@ struct DenseJob {
   }
   // before_wait's copies (out long before) complete: the norm weights are the
   // thread's own (stage_copy), and the epilogue's constants become visible to
-  // the block at the barrier after the dot products (no barrier here: the
-  // kernels are issue-bound, docs round 9).
+  // the block at the barrier after the dot products (no barrier here: a
+  // barrier costs issue slots, and the decode kernels are issue-bound).
   __device__ tile::Staged stage(float* sm, float** red, tile::Cols mine) const {
     extern __shared__ float4 sm4[];
     cp_async_wait<0>();

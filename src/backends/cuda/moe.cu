@@ -147,7 +147,7 @@ struct UpJob {
   // When routing, the staged input comes through shared memory: the norm
   // weights copied before the wait, h right after it beside the fed logits'
   // loads, so staging reads nothing from L2 behind the weight copies (+0.5%
-  // at 4K; a prefetch into L1 instead lost 0.8%, round 7).
+  // at 4K; a prefetch into L1 instead lost 0.8%).
   __host__ __device__ size_t extra_floats(int) const { return kRoutes ? 2 * size_t(cols()) : 0; }
   static __device__ float* staged_in() {
     extern __shared__ float4 sm4[];

@@ -29,7 +29,7 @@ namespace {
 // product (q - 128) x_i is exact and only the fp32 sums round: ~1e-7 of
 // sum |x w|, far below the fp16 GEMMs' error upstream of a32, so the expert
 // choice matches the CPU's but at near-ties (the fp32 SIMT kernel this
-// replaced took 220 us a layer at 2K tokens, bench/results prefill-split).
+// replaced took 220 us a layer at 2K tokens, bench/results/prefill-split-bdc4910.txt).
 // A block: 4 warps, 64 router rows (warp w rows 16 w..) by kTok tokens; the
 // three splits of the group's activations staged in shared memory, the
 // weights read from global (L2) straight into A fragments. Within a mma the

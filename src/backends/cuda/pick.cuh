@@ -30,7 +30,7 @@ __device__ __forceinline__ void expert_keys(const float* l, int E, unsigned (&ke
 // order like the floats of its N entries (experts lane + 32 i) in registers;
 // each round is a local maximum and two warp reductions (redux.sync). A max
 // tree in place of the local chain of compare-selects was slower (1878 cycles
-// a pick of 8 of 256 against 1371: bench/pick_bench.cu). The order is the
+// a pick of 8 of 256 against 1371: bench/probes/pick_bench.cu). The order is the
 // same for any positive scale of the logits, so the experts can be picked
 // before the RMSNorm factor is known.
 template <int N>

@@ -206,7 +206,7 @@ size_t delta_scratch_floats(int T, int v_heads);
 
 // --- Attention (attn_prefill.cu) ----------------------------------------------
 // The prep of T tokens at positions pos0..: q RMSNorm + partial RoPE into q16
-// (fp16 [H][T][256], times log2(e) / 16), k RMSNorm + RoPE and v into the KV
+// (bf16 [H][T][256], times log2(e) / 16), k RMSNorm + RoPE and v into the KV
 // caches (kernels.h's chunked layout, bf16).
 struct AttnPrepArgs {
   const float* qkv = nullptr;  // [T][H 512 | KV 256 | KV 256]

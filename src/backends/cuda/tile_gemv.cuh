@@ -10,7 +10,7 @@
 // A block takes at most 64 registers a thread and a shared-memory class
 // (common.cuh), so the next kernel's block starts beside it and its copies go
 // out while this one computes: DRAM stays busy across kernel boundaries
-// (bench/membench.cu: 10.6 MB in 2.45 us that way, 4.1-4.7 us without).
+// (bench/probes/membench.cu: 10.6 MB in 2.45 us that way, 4.1-4.7 us without).
 //
 // A Job says which rows a tile holds and what becomes of the sums:
 //   static constexpr bool kEarly;  // rows known before the previous kernel ends
@@ -102,7 +102,7 @@ constexpr int kMaxStages = 16;
 // Tiles a block copies at its first issue point (before the wait, or after
 // routing); the rest go out after staging, so the staging's L2 reads do not
 // queue behind them (2 of 0-6 measured best, +2.3% at 4K over all of them;
-// per kernel kind 1-7 were within 0.3%: docs/kernels/cuda-decode.md round 7).
+// per kernel kind 1-7 were within 0.3%).
 // Down takes one tile a block.
 template <typename Job>
 constexpr int kFirstCopies = Job::kEarly ? 2 : kMaxStages;
@@ -131,8 +131,8 @@ struct Layout {
 // kOne: the block's tiles all come in one batch, a stage each (every
 // per-layer GEMV), so stage and phase are the tile's index and 0 and nothing
 // is refilled; the ring's bookkeeping is instructions, and the kernels are
-// issue-bound (docs round 8: +2.5% at 4K, though ptxas spills 16 bytes in
-// route_up's kernel).
+// issue-bound (+2.5% at 4K, though ptxas spills 16 bytes in route_up's
+// kernel).
 template <int RPW, int TB, bool kOne, typename Job>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, Job> lay) {
   extern __shared__ float4 sm4[];
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   // are refilled once every warp is past them.
   int half = 0;
   // The batch's first stage and its phase, kept as the batches advance (no
-  // division in the loop: the kernels are issue-bound, docs round 8).
+  // division in the loop: the kernels are issue-bound).
   int slot0 = 0;
   uint32_t phase0 = 0;
   for (int b0 = t0; b0 < t1; b0 += TB, half ^= 1) {

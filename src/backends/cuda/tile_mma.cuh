@@ -28,7 +28,7 @@ constexpr int kThreads = kWarps * 32;
 
 // Sums p[w * stride + i] over the first n <= kWarps warps, unrolled in two
 // chains so the loads go out together (a loop over a runtime n issued one
-// load, add and branch a warp: docs round 9).
+// load, add and branch a warp).
 __device__ __forceinline__ float warps_sum(const float* p, int stride, int n, int i = 0) {
   float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
@@ -130,7 +130,7 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c)
 
 // What stage() does to x before splitting it, fixed at compile time so each
 // kernel's staging is straight-line code (no runtime branches or generic
-// loads: the kernels are issue-bound, docs round 8):
+// loads: the kernels are issue-bound):
 //   plain:    x as it is;
 //   norm:     times norm[k] (the whole-vector RMSNorm, whose factor comes back
 //             as Staged::norm);
@@ -156,7 +156,7 @@ struct PrepArgs {
 // squares gathered in the same pass, comes back as Staged::norm for the
 // finished dot products. Each warp stages just its own columns (mine: those
 // its dot products read), so nothing waits for another warp (the kernels are
-// issue-bound, docs round 9); a lane takes whole words (8 columns), and the 8
+// issue-bound); a lane takes whole words (8 columns), and the 8
 // lanes of a group share its maximum and sum by shuffles. Returns the staged
 // view and the `red` floats after it.
 template <Prep P>

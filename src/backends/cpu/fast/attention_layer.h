@@ -1,4 +1,4 @@
-// Gated full attention on the fast path (MODEL.md §2.6): q/k/v in one pool
+// Gated full attention on the fast path (docs/model.md §Attention): q/k/v in one pool
 // run, q/k norms and RoPE (angles once per position), the KV cache appended in
 // the reference's layout, blocked causal GQA attention over (KV head, query
 // block, key range) items with an online softmax, the ranges of one query

@@ -1,4 +1,4 @@
-// The Gated DeltaNet block on the fast path (MODEL.md §2.4): the four
+// The Gated DeltaNet block on the fast path (docs/model.md §DeltaNet): the four
 // in-projections in one pool run, the causal conv, per value head the norms,
 // gates and delta rule (recurrent for few tokens, chunked for many), the
 // gated RMSNorm, and the out-projection. State as the reference keeps it.

@@ -400,7 +400,7 @@ void delta_recurrent(const DeltaArgs& a) {
   for (; j0 < a.dv; ++j0) delta_columns<1>(a, j0);
 }
 
-// The chunked form (MODEL.md §4.2) in 64-token chunks as small GEMMs. The
+// The chunked form (docs/model.md §DeltaNet chunked) in 64-token chunks as small GEMMs. The
 // decays exp(gam_r - gam_s) are computed once a chunk, by rows; the forward
 // substitution (I + A) X = [diag(beta) V | diag(beta Gamma) K] goes 8 rows at
 // a time: what the rows above the block contribute is one GEMM, the block's

@@ -1,4 +1,4 @@
-// The mixture-of-experts block on the fast path (MODEL.md §2.7), one pass
+// The mixture-of-experts block on the fast path (docs/model.md §MoE), one pass
 // over the routed rows: the router (and shared-expert gate), every token's
 // top-k, the tokens grouped by expert; then one pool run over (expert, row
 // block) items for gate, up and SwiGLU of every routed expert and the shared
