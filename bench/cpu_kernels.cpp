@@ -20,16 +20,16 @@
 #include <immintrin.h>
 #endif
 
-#include "backends/cpu/fast/gdn_layer.h"
-#include "backends/cpu/fast/kernels.h"
-#include "backends/cpu/fast/memory_bandwidth.h"
-#include "backends/cpu/fast/moe_layer.h"
-#include "backends/cpu/fast/pack16.h"
+#include "backends/cpu/gdn_layer.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/memory_bandwidth.h"
+#include "backends/cpu/moe_layer.h"
+#include "backends/cpu/pack16.h"
+#include "checkpoint/config.h"
 #include "core/rng.h"
-#include "model/config.h"
 
 using namespace tern;
-using namespace tern::cpu::fast;
+using namespace tern::cpu;
 
 namespace {
 
@@ -144,7 +144,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vector_op_rates() {
 }
 #endif
 
-void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int64_t block,
+void run_shape(const Kernels& k, ThreadPool& pool, const Matrix& m, int64_t T, int64_t block,
                int reps, const char* what, const std::string& only, const char* name) {
   if (!only.empty() && only != name) return;
   Acts a = random_acts(k, T, m.t.cols);
@@ -188,7 +188,7 @@ void run_shape(const Kernels& k, WorkPool& pool, const Matrix& m, int64_t T, int
 // them), keys split over the pool as the attention layer splits them; the
 // cache read from memory, as in decode, where the weights streamed between
 // two tokens' attention evict it (a 256 MB buffer is written before each call).
-void run_attention(const Kernels& k, WorkPool& pool, int64_t n_keys, const std::string& only) {
+void run_attention(const Kernels& k, ThreadPool& pool, int64_t n_keys, const std::string& only) {
   if (!only.empty() && only != "attention") return;
   constexpr int kHeads = 8, kHd = 256, kKv = 2;
   CounterRng rng(5);
@@ -224,7 +224,7 @@ void run_attention(const Kernels& k, WorkPool& pool, int64_t n_keys, const std::
 // Decode's delta rule: one token through the 30 GDN layers' 32 value heads
 // (128 x 128 fp32 states, 60 MB in all, so they stream from memory as in
 // decode), the heads of a layer over the pool.
-void run_delta(const Kernels& k, WorkPool& pool, const std::string& only) {
+void run_delta(const Kernels& k, ThreadPool& pool, const std::string& only) {
   if (!only.empty() && only != "delta") return;
   constexpr int kLayers = 30, kHeads = 32, kD = 128;
   CounterRng rng(9);
@@ -276,7 +276,7 @@ struct Held {
 // the delta rule, the gated norm, the out-projection, its pool runs) through
 // the 35b-a3b's 30 such layers (566 MB of matrices, 60 MB of state), one
 // token at a time. GB/s: matrices plus state read and written, over the time.
-void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
+void run_gdn(const Kernels& k, ThreadPool& pool, const std::string& only) {
   if (!only.empty() && only != "gdn") return;
   const ModelConfig c = shapes_35b();
   constexpr int kLayers = 30, kTokens = 32;
@@ -285,7 +285,7 @@ void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
   CounterRng rng(13);
   std::vector<GdnWeights> w(kLayers);
   std::vector<std::vector<float>> conv_t;
-  std::vector<cpu::GdnState> st;
+  std::vector<model::GdnState> st;
   double bytes = 0;
   for (GdnWeights& l : w) {
     l.in_qkv = held.make(k, C, c.hidden, 4);
@@ -299,7 +299,7 @@ void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
     l.a_log.assign(size_t(c.lin_v_heads), -1.0f);
     l.norm.assign(size_t(c.lin_v_dim), 1.0f);
     conv_t.push_back(transpose_conv(c, l));
-    st.push_back(cpu::make_gdn_state(c));
+    st.push_back(model::make_gdn_state(c));
     for (const QTensor* t : {&l.in_qkv, &l.in_z, &l.in_b, &l.in_a, &l.out})
       bytes += double(t->bytes());
     bytes += 2.0 * double(st.back().S.size() * sizeof(float));
@@ -329,7 +329,7 @@ void run_gdn(const Kernels& k, WorkPool& pool, const std::string& only) {
 // they stream from memory too), the routed experts are one set (far larger
 // than the caches). Each token comes with a fresh input, so its routes change.
 // GB/s: the matrices' bytes a token touches over its time.
-void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
+void run_moe(const Kernels& k, ThreadPool& pool, const std::string& only) {
   if (!only.empty() && only != "moe") return;
   const ModelConfig c = shapes_35b();
   constexpr int kLayers = 40, kTokens = 16;
@@ -397,7 +397,7 @@ void run_moe(const Kernels& k, WorkPool& pool, const std::string& only) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  WorkPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
+  ThreadPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
   const std::string want_isa = argc > 2 ? argv[2] : "", only = argc > 3 ? argv[3] : "";
   const MemoryBandwidth bw = measure_memory_bandwidth(pool);
   std::printf("threads %d: copy %.1f GB/s (read + write), read %.1f GB/s\n", pool.size(),

@@ -8,8 +8,8 @@
 
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/error.h"
-#include "engine/backend.h"
 
 namespace tern::test {
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "backend/sampler.h"
 
 namespace tern::test {
 

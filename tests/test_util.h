@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/dummy.h"
+#include "checkpoint/quant.h"
 #include "core/bf16.h"
 #include "core/rng.h"
-#include "model/dummy.h"
-#include "model/quant.h"
 
 namespace tern::test {
 

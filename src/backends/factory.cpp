@@ -5,11 +5,12 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/fast/fast_backend.h"
-#include "backends/cpu/fast/pack16.h"
+#include "backends/cpu/fast_backend.h"
+#include "backends/cpu/pack16.h"
+#include "backends/reference/reference_backend.h"
+#include "checkpoint/config.h"
+#include "core/env.h"
 #include "core/error.h"
-#include "model/config.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_weights.h"
@@ -20,7 +21,7 @@ namespace tern {
 std::unique_ptr<Backend> make_backend(const std::string& name,
                                       std::shared_ptr<const ModelWeights> weights) {
   if (name == "cpu") return std::make_unique<FastCpuBackend>(std::move(weights));
-  if (name == "cpu-ref") return std::make_unique<CpuBackend>(std::move(weights));
+  if (name == "cpu-ref") return std::make_unique<ReferenceBackend>(std::move(weights));
 #ifdef TERN_HAVE_CUDA
   if (name == "cuda") return std::make_unique<cuda::CudaBackend>(std::move(weights));
 #else
@@ -32,11 +33,10 @@ std::unique_ptr<Backend> make_backend(const std::string& name,
 
 void prepare_weights(const std::string& name, ModelWeights& weights) {
   if (name != "cpu") return;
-  const char* env = std::getenv("TERN_CPU_PACK16");
-  if (env && std::string(env) == "0") return;
-  if (!cpu::fast::kernels(cpu::fast::default_isa()).packed16) return;
+  if (env_text(kCpuPack16Env) == "0") return;
+  if (!cpu::kernels(cpu::default_isa()).packed16) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = cpu::fast::pack_weights(weights);
+  const size_t bytes = cpu::pack_weights(weights);
   spdlog::info("repacked {:.2f} GB of quantised matrices for the AVX-512 kernels in {:.1f} s",
                double(bytes) / 1e9,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/scripted_backend.h"
+#include "backend/backend.h"
+#include "backends/scripted_backend.h"
 
 namespace tern {
 
@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name,
                                       std::shared_ptr<const ModelWeights> weights);
 
 // Lays loaded weights out as the named backend reads them fastest, before it
-// is made: for "cpu", quantised matrices repacked (cpu/fast/pack16.h) where the
+// is made: for "cpu", quantised matrices repacked (backends/cpu/pack16.h) where the
 // CPU's kernel table takes that layout, unless TERN_CPU_PACK16=0 (the plain
 // layout, for A/B runs). Other backends take the weights as loaded.
 void prepare_weights(const std::string& name, ModelWeights& weights);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "checkpoint/config.h"
 
 namespace tern::cuda {
 class CudaBackend;

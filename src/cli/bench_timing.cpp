@@ -4,10 +4,10 @@
 #include <chrono>
 #include <sstream>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/sampler.h"
+#include "backends/reference/reference_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "engine/sampler.h"
 
 namespace tern::cli {
 
@@ -67,7 +67,7 @@ std::vector<double> time_prefill(Backend& b, int64_t n, int repeat, uint64_t see
 std::vector<double> time_cpu_decode(Backend& b, int64_t length, int gen, int repeat,
                                     uint64_t seed) {
   auto filled = b.new_sequence();
-  if (!dynamic_cast<CpuSequence*>(filled.get()))
+  if (!dynamic_cast<ReferenceSequence*>(filled.get()))
     fail("tern bench: decode timing over a prefilled context is for the CPU backends");
   std::vector<float> logits;
   b.forward(*filled, random_tokens(length, b.config().vocab, seed), Logits::last, logits);
@@ -76,7 +76,7 @@ std::vector<double> time_cpu_decode(Backend& b, int64_t length, int gen, int rep
   std::vector<double> secs;
   for (int r = 0; r < repeat; ++r) {
     auto fresh = b.fork(*filled, *state);  // the context's state, fresh for every repeat
-    auto& seq = dynamic_cast<CpuSequence&>(*fresh);
+    auto& seq = dynamic_cast<ReferenceSequence&>(*fresh);
     const ModelConfig& c = b.config();
     const size_t more = size_t(gen) * size_t(c.n_kv_heads) * size_t(c.head_dim);
     for (size_t i = 0; i < seq.kv.size(); ++i)  // room for the steps: no reallocation timed

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace tern::cli {
 

@@ -22,8 +22,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backends/cpu/fast/fast_backend.h"
-#include "backends/cpu/fast/memory_bandwidth.h"
+#include "backend/backend.h"
+#include "backends/cpu/fast_backend.h"
+#include "backends/cpu/memory_bandwidth.h"
 #include "backends/cuda/step_kernels.h"
 #include "backends/factory.h"
 #include "cli/bench_prefill.h"
@@ -33,7 +34,6 @@
 #include "cli/plot.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "engine/backend.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -142,18 +142,18 @@ void write_outputs(const BenchOptions& o, const nlohmann::json& j,
 // One more decode run at context L with the forward pass's parts timed:
 // ms a token each, and what the whole tokens took beside their sum.
 nlohmann::json cpu_decode_split(FastCpuBackend& be, int64_t L, int gen, uint64_t seed) {
-  cpu::fast::PartTimes t;
+  cpu::PartTimes t;
   be.set_part_times(&t);
   const double whole = time_cpu_decode(be, L, gen, 1, seed).front() / gen;
   be.set_part_times(nullptr);
   nlohmann::json j = {{"whole_ms", whole * 1e3}};
   std::printf("  split at %lld (ms a token):", (long long)L);
   double sum = 0;
-  for (int p = 0; p < int(cpu::fast::Part::count); ++p) {
+  for (int p = 0; p < int(cpu::Part::count); ++p) {
     const double ms = t.seconds[p] / gen * 1e3;
     sum += ms;
-    j[cpu::fast::kPartNames[p]] = ms;
-    std::printf(" %s %.2f", cpu::fast::kPartNames[p], ms);
+    j[cpu::kPartNames[p]] = ms;
+    std::printf(" %s %.2f", cpu::kPartNames[p], ms);
   }
   std::printf("; sum %.2f of %.2f whole\n", sum, whole * 1e3);
   return j;
@@ -179,10 +179,9 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
   auto* fast = dynamic_cast<FastCpuBackend*>(be.get());
   if (o.split && (fast == nullptr || lengths.decode.empty()))
     fail("tern bench: --split on the CPU times decode's parts on the fast backend (--decode)");
-  const std::string isa = fast ? cpu::fast::isa_name(fast->isa()) : "fp32 reference";
-  const int threads = fast ? cpu::fast::WorkPool::global().size() : ThreadPool::global().size();
-  const cpu::fast::MemoryBandwidth bw =
-      cpu::fast::measure_memory_bandwidth(cpu::fast::WorkPool::global());
+  const std::string isa = fast ? cpu::isa_name(fast->isa()) : "fp32 reference";
+  const int threads = fast ? ThreadPool::global().size() : ThreadPool::global().size();
+  const cpu::MemoryBandwidth bw = cpu::measure_memory_bandwidth(ThreadPool::global());
   const size_t weights = w->active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
   const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4;
   std::printf(
@@ -197,8 +196,7 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
     const std::vector<double> secs = time_cpu_decode(*be, L, o.gen, o.repeat, o.seed + 7 * L);
     // Measured again right after the row: a shared VM's bandwidth drifts by
     // 2x within minutes (docs/cpu-backend.md), and the floor is this row's.
-    const cpu::fast::MemoryBandwidth row_bw =
-        cpu::fast::measure_memory_bandwidth(cpu::fast::WorkPool::global());
+    const cpu::MemoryBandwidth row_bw = cpu::measure_memory_bandwidth(ThreadPool::global());
     const double bytes =
         double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
     nlohmann::json row = decode_row(L, secs, o.gen, bytes, row_bw.copy, points);

@@ -6,19 +6,21 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
-#include <thread>
 
+#include "chat/next_turn.h"
+#include "chat/prompt.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/sizes.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/next_turn.h"
+#include "engine/scheduler.h"
 
 namespace tern::cli {
 
@@ -42,34 +44,22 @@ struct ChatOptions {
 
 std::shared_ptr<std::atomic<bool>> g_stop;  // the answer being generated
 
-// The engine's work while the user types: the next turn's prefix (exact reuse
-// holds: the very calls that turn would run; docs/serving.md, "Idle prefill").
-// Stopped, within a prefill call, before the engine is used again.
-class IdlePrefill {
- public:
-  ~IdlePrefill() { stop(); }
-  void start(Engine& engine, std::vector<int32_t> prefix) {
-    stop();
-    if (prefix.empty()) return;
-    Request r = prefill_only(std::move(prefix));
-    r.cancelled = cancel_ = std::make_shared<std::atomic<bool>>(false);
-    thread_ = std::thread([&engine, r = std::move(r)] {
-      try {
-        engine.run(r, [](Delta&&) {});
-      } catch (const std::exception&) {  // best effort: the turn prefills it then
-      }
-    });
+// One turn on the engine thread (the Scheduler's, as in the server), its
+// deltas shown as they come.
+Result run_turn(Scheduler& sched, Request r, const std::function<void(const Delta&)>& show) {
+  auto job = sched.submit(std::move(r));
+  if (!job) fail("the engine's queue is full");  // one turn at a time: never
+  for (;;) {
+    auto e = job->next(std::chrono::milliseconds(50));
+    if (!e) continue;
+    if (e->delta) {
+      show(*e->delta);
+      continue;
+    }
+    if (!e->error.empty()) throw Error(e->error);
+    return *e->result;
   }
-  void stop() {
-    if (!thread_.joinable()) return;
-    cancel_->store(true);
-    thread_.join();
-  }
-
- private:
-  std::thread thread_;
-  std::shared_ptr<std::atomic<bool>> cancel_;
-};
+}
 
 void on_sigint(int) {
   if (auto s = g_stop) s->store(true);
@@ -84,6 +74,7 @@ int chat(const ChatOptions& o) {
   EngineOptions eo;
   eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
   Engine engine(*backend, &tok, eo);
+  Scheduler sched(engine, 1);
   const bool tty = isatty(STDOUT_FILENO) == 1;
   const char* dim = tty ? "\x1b[2m" : "";
   const char* plain = tty ? "\x1b[0m" : "";
@@ -97,13 +88,11 @@ int chat(const ChatOptions& o) {
   std::fprintf(stderr,
                "tern chat: /reset, /system TEXT, /think on|off, /exit; Ctrl-C stops an answer\n");
   uint64_t turn = 0;
-  IdlePrefill idle;
   for (;;) {
     std::fputs(tty ? "\x1b[1m> \x1b[0m" : "> ", stdout);
     std::fflush(stdout);
     std::string line;
     const bool got = bool(std::getline(std::cin, line));
-    idle.stop();
     if (!got) {
       if (std::cin.eof()) break;
       std::cin.clear();  // interrupted
@@ -134,24 +123,22 @@ int chat(const ChatOptions& o) {
       continue;
     }
     messages.push_back({{"role", "user"}, {"content", line}});
-    nlohmann::ordered_json req = {{"messages", nlohmann::ordered_json::array()},
-                                  {"add_generation_prompt", true},
-                                  {"enable_thinking", thinking}};
-    if (!system.empty()) req["messages"].push_back({{"role", "system"}, {"content", system}});
-    for (const auto& m : messages) req["messages"].push_back(m);
-    const std::string prompt = render_chat(req);
+    nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
+    if (!system.empty()) conversation.push_back({{"role", "system"}, {"content", system}});
+    for (const auto& m : messages) conversation.push_back(m);
+    ChatPrompt prompt = render_prompt(tok, std::move(conversation), thinking);
     Request r;
-    r.prompt = tok.encode(prompt);
+    r.prompt = std::move(prompt.ids);
     r.sampling = o.sampling;
     r.sampling.seed = o.sampling.seed + turn++;
     r.max_tokens = o.max_tokens;
-    r.in_reasoning = prompt_opens_reasoning(prompt);
+    r.in_reasoning = prompt.in_reasoning;
     r.cancelled = g_stop = std::make_shared<std::atomic<bool>>(false);
     std::string content, reasoning;
     bool in_dim = false;
     Result res;
     try {
-      res = engine.run(r, [&](Delta&& d) {
+      res = run_turn(sched, std::move(r), [&](const Delta& d) {
         if (!d.chat.reasoning.empty()) {
           if (!in_dim) std::fputs(dim, stdout);
           in_dim = true;
@@ -182,10 +169,14 @@ int chat(const ChatOptions& o) {
     nlohmann::ordered_json answer = {{"role", "assistant"}, {"content", content}};
     if (!reasoning.empty()) answer["reasoning_content"] = reasoning;
     messages.push_back(answer);
+    // While the user types, the engine prefills the next turn's start (exact
+    // reuse holds: the very calls that turn would run; docs/serving.md, "Idle
+    // prefill"); the next turn's submit cancels it where it got to.
     if (o.idle_prefill && eo.cache_bytes > 0) {
       ParsedDelta said;
       said.content = content, said.reasoning = reasoning;
-      idle.start(engine, next_turn_prefix(req, tok, said));
+      if (auto next = next_turn_prefix(prompt.render, tok, said); !next.empty())
+        sched.submit_background(prefill_only(std::move(next)));
     }
   }
   return 0;

@@ -1,6 +1,6 @@
 // tern convert: Hugging Face bf16 checkpoint -> MLX-layout 4-bit checkpoint.
+#include "checkpoint/convert.h"
 #include "cli/commands.h"
-#include "model/convert.h"
 
 namespace tern::cli {
 

@@ -1,8 +1,8 @@
 // tern make-dummy: a random-weight checkpoint of the real structure.
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/dummy.h"
 #include "cli/commands.h"
-#include "model/dummy.h"
 
 namespace tern::cli {
 

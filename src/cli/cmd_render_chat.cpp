@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <memory>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
 #include "core/error.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::cli {

@@ -12,15 +12,15 @@
 #include <memory>
 #include <optional>
 
+#include "backend/backend.h"
+#include "backend/sampler.h"
+#include "chat/prompt.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "engine/backend.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
 #include "grammar/request.h"
 #include "grammar/tokenizer_vocab.h"
-#include "tokenizer/chat_template.h"
 
 namespace tern::cli {
 
@@ -46,12 +46,10 @@ std::vector<int32_t> prompt_ids(const RunOptions& o, const Tokenizer* tok, bool*
   if (!o.prompt_ids.empty()) return o.prompt_ids;
   if (!tok) fail("{} has no tokenizer.json: give the prompt as --prompt-ids", o.run.model);
   if (!o.chat) return tok->encode(o.prompt);
-  nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}},
-                                {"add_generation_prompt", true}};
-  if (o.no_thinking) req["enable_thinking"] = false;
-  const std::string text = render_chat(req);
-  *thinking = prompt_opens_reasoning(text);
-  return tok->encode(text);
+  ChatPrompt p = render_prompt(*tok, {{{"role", "user"}, {"content", o.prompt}}},
+                               o.no_thinking ? std::optional(false) : std::nullopt);
+  *thinking = p.in_reasoning;
+  return std::move(p.ids);
 }
 
 std::string read_text(const std::string& path) {

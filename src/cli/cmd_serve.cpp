@@ -9,13 +9,15 @@
 #include <fstream>
 
 #include "backends/factory.h"
+#include "backends/scripted_backend.h"
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/sizes.h"
 #include "cli/stop_signals.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "engine/scheduler.h"
-#include "engine/scripted_backend.h"
 #include "grammar/json_schema.h"
 #include "grammar/request.h"
 #include "grammar/tokenizer_vocab.h"
@@ -23,7 +25,6 @@
 #include "server/http_server.h"
 #include "server/openai_routes.h"
 #include "server/responses_routes.h"
-#include "tokenizer/chat_template.h"
 
 namespace tern::cli {
 
@@ -164,7 +165,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--api-key", o->http.api_key,
                   "Require this key (Authorization: Bearer or x-api-key); visible to other "
                   "users in the process list: prefer TERN_API_KEY or --api-key-file")
-      ->envname("TERN_API_KEY");
+      ->envname(kApiKeyEnv.name);
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the key from this file (its first line): unlike --api-key, not visible "
                   "to other users in the process list; so is TERN_API_KEY");

@@ -6,12 +6,17 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "core/env.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tern: an inference engine for Qwen3.6-35B-A3B"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
+  std::string env_help = "Environment:\n";
+  for (const tern::EnvVar& v : tern::env_vars())
+    env_help += fmt::format("  {:<18}{}\n", v.name, v.what);
+  app.footer(env_help);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));

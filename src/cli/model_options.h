@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace tern::cli {
 

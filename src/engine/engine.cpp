@@ -104,11 +104,9 @@ bool Engine::is_end_token(int32_t id) const {
 Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delta) {
   const auto t0 = Clock::now();
   const int64_t n = int64_t(r.prompt.size());
-  const int V = be_.config().vocab;
   if (n == 0) fail("the prompt is empty");
   if (n >= ctx_) fail("the prompt has {} tokens; the context holds {}", n, ctx_);
-  for (int32_t id : r.prompt)
-    if (id < 0 || id >= V) fail("token id {} is outside the vocabulary [0, {})", id, V);
+  be_.check_ids(r.prompt);
   validate(r.sampling);
 
   Result res;

@@ -9,7 +9,7 @@
 #include <functional>
 #include <optional>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/prefill_plan.h"
 #include "engine/request.h"
 #include "engine/session_cache.h"

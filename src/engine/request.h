@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/constraint.h"
+#include "backend/constraint.h"
+#include "backend/sampler.h"
+#include "chat/output_parser.h"
 #include "engine/logprobs.h"
-#include "engine/sampler.h"
-#include "tokenizer/output_parser.h"
 
 namespace tern {
 

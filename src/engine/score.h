@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace tern {
 

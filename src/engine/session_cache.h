@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/prefill_plan.h"
 
 namespace tern {

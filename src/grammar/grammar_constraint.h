@@ -1,4 +1,4 @@
-// Grammar-constrained decoding as a TokenConstraint (engine/constraint.h):
+// Grammar-constrained decoding as a TokenConstraint (backend/constraint.h):
 // a matcher that masks the tokens its grammar does not allow, with the
 // phases a chat answer has: free while reasoning (until </think>), and for
 // tool_choice "auto" free text in which the <tool_call> token starts a call
@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/constraint.h"
+#include "backend/constraint.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/matcher.h"
 

@@ -2,10 +2,10 @@
 
 #include <set>
 
+#include "chat/tool_call.h"
 #include "core/error.h"
 #include "grammar/determinize.h"
 #include "grammar/json_schema.h"
-#include "tokenizer/tool_call.h"
 
 namespace tern::grammar {
 namespace {

@@ -2,7 +2,7 @@
 // calls: <tool_call> (added token) "\n<function=NAME>\n", then per parameter
 // "<parameter=P>\n" VALUE "\n</parameter>\n", then "</function>\n"
 // </tool_call> (added token). Each VALUE is what tern's parser
-// (tokenizer/tool_call.cpp, typed_value) turns into a JSON value that
+// (chat/tool_call.cpp, typed_value) turns into a JSON value that
 // validates against the parameter's schema: raw text for strings, JSON text
 // for the other types, never containing a closing tag.
 //

@@ -1,9 +1,10 @@
 #include "server/chat_request.h"
 
+#include "chat/chat_template.h"
+#include "chat/next_turn.h"
+#include "chat/output_parser.h"
+#include "chat/prompt.h"
 #include "core/error.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/next_turn.h"
-#include "tokenizer/output_parser.h"
 
 namespace tern::server {
 
@@ -58,18 +59,16 @@ void render_chat_into(Request& r, const ChatSpec& c, const ApiContext& ctx) {
   if ((c.choice.mode == Mode::required || c.choice.mode == Mode::function) && !have_tools)
     bad_request("tool_choice", "tool_choice '{}' needs a non-empty tools list",
                 c.choice.mode == Mode::required ? "required" : c.choice.function);
-  ojson render = {{"messages", place_system_messages(c.messages)}, {"add_generation_prompt", true}};
-  if (calls) render["tools"] = c.tools;
-  if (c.thinking) render["enable_thinking"] = *c.thinking;
-  std::string text;
+  ChatPrompt p;
   try {
-    text = render_chat(render);
+    p = render_prompt(*ctx.tok, place_system_messages(c.messages), c.thinking,
+                      calls ? c.tools : ojson(nullptr));
   } catch (const ChatTemplateError& e) {
     bad_request("messages", "{}", e.what());
   }
-  r.prompt = ctx.tok->encode(text);
-  r.in_reasoning = prompt_opens_reasoning(text);
-  r.next_turn = [render = std::move(render), tok = ctx.tok](const ParsedDelta& answer) {
+  r.prompt = std::move(p.ids);
+  r.in_reasoning = p.in_reasoning;
+  r.next_turn = [render = std::move(p.render), tok = ctx.tok](const ParsedDelta& answer) {
     return next_turn_prefix(render, *tok, answer);
   };
   r.tools = c.tools;

@@ -59,6 +59,7 @@ void Metrics::generation(const Result& r) {
   cached_ += uint64_t(r.cached_tokens);
   completion_ += uint64_t(r.completion_tokens);
   (r.cached_tokens > 0 ? hits_ : misses_)++;
+  finishes_[finish_name(r.finish)]++;
   if (r.completion_tokens > 0) ttft_.observe(r.ttft_s);
   for (float g : r.token_gaps) token_.observe(g);
 }
@@ -94,6 +95,11 @@ std::string Metrics::render() const {
   counter("tern_cache_misses_total", "Generations that prefilled the whole prompt.", misses_);
   counter("tern_idle_prefills_total", "Next turns of chats queued for prefill while idle.",
           idle_prefills_);
+  out +=
+      "# HELP tern_generations_total Finished generations by how they ended.\n"
+      "# TYPE tern_generations_total counter\n";
+  for (const auto& [finish, n] : finishes_)
+    out += fmt::format("tern_generations_total{{finish=\"{}\"}} {}\n", finish, n);
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
     uint64_t cum = 0;

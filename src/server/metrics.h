@@ -42,6 +42,7 @@ class Metrics {
   std::set<std::string> endpoints_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_ = 0, cached_ = 0, completion_ = 0, hits_ = 0, misses_ = 0, idle_prefills_ = 0;
+  std::map<std::string, uint64_t> finishes_;  // by finish_name
   Histogram ttft_, token_;
   struct Gauge {
     std::string name, help;

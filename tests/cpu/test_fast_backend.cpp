@@ -11,13 +11,13 @@
 #include <new>
 #include <string>
 
-#include "backends/cpu/fast/context.h"
-#include "backends/cpu/fast/fast_backend.h"
-#include "backends/cpu/fast/moe_layer.h"
-#include "backends/cpu/fast/pack16.h"
+#include "backend/sampler.h"
+#include "backends/cpu/context.h"
+#include "backends/cpu/fast_backend.h"
+#include "backends/cpu/moe_layer.h"
+#include "backends/cpu/pack16.h"
 #include "backends/factory.h"
 #include "core/error.h"
-#include "engine/sampler.h"
 #include "engine/score.h"
 #include "fast_bound.h"
 #include "test_util.h"
@@ -44,12 +44,12 @@ void operator delete(void* p, size_t) noexcept {
 
 namespace tern {
 
-using cpu::fast::Isa;
+using cpu::Isa;
 
 namespace {
 
 std::string isa_label(const testing::TestParamInfo<Isa>& p) {
-  return cpu::fast::isa_name(p.param);
+  return cpu::isa_name(p.param);
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ class FastBackend : public testing::TestWithParam<Isa> {
 // max|logit|, the golden tests'): a 600-token prompt at once (split at 512
 // inside, the chunked delta rule from 64 tokens), and 150 tokens in chunks.
 TEST_P(FastBackend, WithFp32ActivationsIsTheReferenceFunction) {
-  CpuBackend ref(tiny());
+  ReferenceBackend ref(tiny());
   FastCpuBackend fast(tiny(), GetParam(), false);
   const auto long_prompt = test::random_tokens(600, tiny()->cfg.vocab, 3);
   const std::vector<float> want = score_tokens(ref, long_prompt, 0);
@@ -81,7 +81,7 @@ TEST_P(FastBackend, WithFp32ActivationsIsTheReferenceFunction) {
 }
 
 TEST_P(FastBackend, WithInt8ActivationsStaysWithinTheBound) {
-  CpuBackend ref(tiny());
+  ReferenceBackend ref(tiny());
   FastCpuBackend fast(tiny(), GetParam());
   const auto toks = test::random_tokens(150, tiny()->cfg.vocab, 4);
   const std::vector<float> want = score_tokens(ref, toks, 0), got = score_tokens(fast, toks, 0);
@@ -136,7 +136,7 @@ void expect_follows(const std::vector<int32_t>& got, const std::vector<int32_t>&
 // are within the int8 bound of each other (a near-tie on this random dummy,
 // typically after ~10 tokens); the step it departs at must be one.
 TEST_P(FastBackend, GreedyDecodingFollowsTheReference) {
-  CpuBackend ref(tiny());
+  ReferenceBackend ref(tiny());
   std::vector<std::vector<float>> ref_logits;
   const std::vector<int32_t> want = greedy(ref, &ref_logits);
   FastCpuBackend exact(tiny(), GetParam(), false);
@@ -161,8 +161,7 @@ TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
   EXPECT_EQ(g_allocations.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::fast::supported_isas()),
-                         isa_label);
+INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::supported_isas()), isa_label);
 
 // Weights repacked (pack16.h) after a read into memory, the bytes they came
 // from given back: the tables that take the layout compute the same integer
@@ -174,8 +173,8 @@ INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::fast::support
 TEST_P(FastBackend, RepackedWeightsServeTheSameModel) {
   auto packed =
       load_model(test::tiny_checkpoint(Layout::mlx4, 7), WeightMode::q4, Residency::huge_pages);
-  const size_t bytes = cpu::fast::pack_weights(*packed);
-  ASSERT_TRUE(cpu::fast::has_packed(*packed));
+  const size_t bytes = cpu::pack_weights(*packed);
+  ASSERT_TRUE(cpu::has_packed(*packed));
   EXPECT_TRUE(packed->lm_head.packed16);
   EXPECT_TRUE(packed->layers[3].attn.o.packed16);      // 1024 inputs: whole 4-group blocks
   EXPECT_TRUE(packed->layers[0].moe.router.packed16);  // 8-bit
@@ -190,7 +189,7 @@ TEST_P(FastBackend, RepackedWeightsServeTheSameModel) {
         EXPECT_TRUE(&t == &L.moe.shared_expert_gate || &t == &L.gdn.in_a || &t == &L.gdn.in_b);
     });
   EXPECT_EQ(bytes, want_bytes);
-  if (!cpu::fast::kernels(GetParam()).packed16) {
+  if (!cpu::kernels(GetParam()).packed16) {
     EXPECT_THROW(FastCpuBackend(packed, GetParam()), Error);
     return;
   }
@@ -198,13 +197,13 @@ TEST_P(FastBackend, RepackedWeightsServeTheSameModel) {
   // quantised inputs and routes (the plain router: the packed one takes int8
   // codes, which may break a near-tie the other way): the plain layout's
   // outputs within fp32 rounding.
-  cpu::fast::Context ctx{cpu::fast::WorkPool::global(), cpu::fast::kernels(GetParam()), true, {}};
+  cpu::Context ctx{ThreadPool::global(), cpu::kernels(GetParam()), true, {}};
   const int64_t T = 150, D = tiny()->cfg.hidden;
   const std::vector<float> x = test::random_vector(size_t(T * D), 9);
-  cpu::fast::Activations act;
+  cpu::Activations act;
   act.set(ctx.pool, ctx.k, x.data(), D, T, D, true);
   for (size_t i = 0; i < packed->layers.size(); ++i) {
-    cpu::fast::MoeLayer m;
+    cpu::MoeLayer m;
     std::vector<float> want(size_t(T * D)), got(size_t(T * D));
     m.forward(ctx, tiny()->cfg, tiny()->layers[i].moe, act, T, want.data());
     MoeWeights experts_packed = packed->layers[i].moe;

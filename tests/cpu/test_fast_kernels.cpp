@@ -9,15 +9,15 @@
 #include <cmath>
 #include <numeric>
 
-#include "backends/cpu/fast/kernels.h"
-#include "backends/cpu/fast/moe_layer.h"
-#include "backends/cpu/fast/pack16.h"
-#include "backends/cpu/fast/work_pool.h"
-#include "backends/cpu/moe.h"
-#include "cpu/delta_reference.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/moe_layer.h"
+#include "backends/cpu/pack16.h"
+#include "core/thread_pool.h"
+#include "model/delta_reference.h"
+#include "model/moe.h"
 #include "test_util.h"
 
-namespace tern::cpu::fast {
+namespace tern::cpu {
 
 namespace {
 
@@ -268,10 +268,10 @@ TEST_P(FastKernels, DeltaRuleFormsMatchTheReference) {
   };
   for (const Case& cs : {Case{1, 128, 128}, Case{5, 128, 128}, Case{64, 128, 128},
                          Case{65, 128, 128}, Case{150, 128, 128}, Case{70, 24, 40}}) {
-    DeltaInputs in = delta_inputs(cs.T, cs.dk, cs.dv, uint64_t(cs.T + cs.dv));
+    model::DeltaInputs in = model::delta_inputs(cs.T, cs.dk, cs.dv, uint64_t(cs.T + cs.dv));
     const std::vector<float> S0 = test::random_vector(size_t(cs.dk * cs.dv), 99, 0.1f);
     std::vector<double> Sref(S0.begin(), S0.end());
-    const std::vector<double> ref = delta_reference(in, cs.T, cs.dk, cs.dv, Sref);
+    const std::vector<double> ref = model::delta_reference(in, cs.T, cs.dk, cs.dv, Sref);
     for (bool chunked : {false, true}) {
       std::vector<float> S = S0, o(size_t(cs.T * cs.dv));
       const DeltaArgs a{in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
@@ -355,7 +355,7 @@ TEST(FastRoute, MatchesTheReference) {
       if (grid > 0)
         for (float& x : logits) x = std::round(x / grid) * grid;
       for (bool renorm : {true, false}) {
-        const Route r = route_token(logits.data(), E, K, renorm);
+        const model::Route r = model::route_token(logits.data(), E, K, renorm);
         std::vector<int32_t> experts(static_cast<size_t>(K));
         std::vector<float> weights(static_cast<size_t>(K));
         route(logits.data(), E, K, renorm, experts.data(), weights.data());
@@ -366,9 +366,9 @@ TEST(FastRoute, MatchesTheReference) {
   }
 }
 
-TEST(WorkPool, RunsEveryItemOnceOnEveryThreadCount) {
+TEST(ThreadPool, RunsEveryItemOnceOnEveryThreadCount) {
   for (int threads : {1, 2, 3}) {
-    WorkPool pool(threads);
+    ThreadPool pool(threads);
     for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(7), size_t(1000)}) {
       for (int rep = 0; rep < 50; ++rep) {
         std::vector<std::atomic<int>> hits(n);
@@ -386,7 +386,7 @@ TEST(WorkPool, RunsEveryItemOnceOnEveryThreadCount) {
 
 // The chunked delta rule's underflowing decays are ~10x slower as denormals:
 // items run with them flushed to zero, and the caller's mode comes back after.
-TEST(WorkPool, ItemsFlushDenormalsAndTheCallersModeIsRestored) {
+TEST(ThreadPool, ItemsFlushDenormalsAndTheCallersModeIsRestored) {
 #if defined(__x86_64__) || defined(__aarch64__)
   const auto product = [] {
     volatile float a = 1e-30f, b = 1e-10f;  // 1e-40: a denormal
@@ -394,7 +394,7 @@ TEST(WorkPool, ItemsFlushDenormalsAndTheCallersModeIsRestored) {
   };
   ASSERT_GT(product(), 0.0f);
   for (int threads : {1, 2}) {
-    WorkPool pool(threads);
+    ThreadPool pool(threads);
     std::atomic<int> kept{0};
     pool.run(64, [&](size_t, int) {
       if (product() != 0.0f) kept.fetch_add(1);
@@ -407,4 +407,4 @@ TEST(WorkPool, ItemsFlushDenormalsAndTheCallersModeIsRestored) {
 #endif
 }
 
-}  // namespace tern::cpu::fast
+}  // namespace tern::cpu

@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/sampler.h"
 #include "backends/cuda/kernels.h"
-#include "engine/backend.h"
-#include "engine/sampler.h"
-#include "model/dummy.h"
-#include "model/quant.h"
-#include "model/weights.h"
+#include "checkpoint/dummy.h"
+#include "checkpoint/quant.h"
+#include "checkpoint/weights.h"
+#include "core/env.h"
 
 namespace tern::test {
 
@@ -31,8 +32,7 @@ inline bool have_gpu() {
 // TERN_REQUIRE_GPU=1 (bench/device/device_run.sh sets it): a missing GPU fails the
 // test instead of skipping it, so a device run cannot look green unrun.
 inline bool gpu_required() {
-  const char* v = std::getenv("TERN_REQUIRE_GPU");
-  return v != nullptr && std::string(v) == "1";
+  return env_text(kRequireGpuEnv) == "1";
 }
 
 #define TERN_REQUIRE_GPU()                                                                     \

@@ -8,16 +8,16 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_weights.h"
+#include "backends/reference/reference_backend.h"
+#include "checkpoint/config.h"
+#include "checkpoint/dummy.h"
 #include "core/error.h"
 #include "core/npy.h"
-#include "engine/sampler.h"
 #include "engine/score.h"
 #include "gpu_test_util.h"
-#include "model/config.h"
-#include "model/dummy.h"
 
 namespace tern::test {
 namespace {
@@ -55,7 +55,7 @@ TEST(CudaBackend, GoldenHfQuantisedAtLoad) {
 TEST(CudaBackend, Greedy256EqualsCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
   constexpr int kN = 256;
@@ -78,7 +78,7 @@ TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
   const ModelConfig& c = w->cfg;
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   std::mt19937 g(5);
   std::vector<int32_t> tokens(4100);

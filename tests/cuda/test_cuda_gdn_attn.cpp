@@ -1,15 +1,15 @@
 // The Gated DeltaNet step and attention decode kernels against their CPU
-// twins (cpu::delta_rule_recurrent + q/k norms + gates; cpu::apply_rope, RMSNorm
+// twins (model::delta_rule_recurrent + q/k norms + gates; model::apply_rope, RMSNorm
 // and softmax attention over a bf16 cache), on fresh random inputs. (The
 // gated RMSNorm after the step is the out_proj GEMV's, tested with the GEMVs.)
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/attention.h"
-#include "backends/cpu/gdn.h"
-#include "backends/cpu/ops.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
+#include "model/attention.h"
+#include "model/gdn.h"
+#include "model/ops.h"
 #include "model/rope.h"
 
 namespace tern::test {
@@ -45,12 +45,12 @@ TEST_P(GdnStep, MatchesCpuRecurrence) {
       std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
       std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
       const float* v = &conv[size_t(2 * key_dim + n * d)];
-      cpu::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
-      cpu::l2_normalize(k.data(), d, 1.0f);
-      const float beta = cpu::sigmoid(b[size_t(n)]);
-      const float gg = -std::exp(a_log[size_t(n)]) * cpu::softplus(a[size_t(n)] + dt[size_t(n)]);
-      cpu::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
-                                &y[size_t(n * d)]);
+      model::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
+      model::l2_normalize(k.data(), d, 1.0f);
+      const float beta = model::sigmoid(b[size_t(n)]);
+      const float gg = -std::exp(a_log[size_t(n)]) * model::softplus(a[size_t(n)] + dt[size_t(n)]);
+      model::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
+                                  &y[size_t(n * d)]);
     }
     EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), 1e-5f * max_abs(y)) << "step " << step;
     EXPECT_LE(max_diff(to_host(dS.get(), S.size()), S), 1e-5f * max_abs(S)) << "step " << step;
@@ -132,8 +132,8 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
   // CPU twin: new k, v rounded to bf16 as the cache stores them.
   for (int h = 0; h < KV; ++h) {
     std::vector<float> k(&qkv[size_t(2 * H * hd + h * hd)], &qkv[size_t(2 * H * hd + h * hd + hd)]);
-    cpu::rms_norm(k.data(), kn.data(), hd, 1e-6f, k.data());
-    cpu::apply_rope(k.data(), rot, theta, pos);
+    model::rms_norm(k.data(), kn.data(), hd, 1e-6f, k.data());
+    model::apply_rope(k.data(), rot, theta, pos);
     for (int i = 0; i < hd; ++i) {
       kc[(size_t(h) * cap + pos) * hd + i] = f32_to_bf16(k[size_t(i)]);
       vc[(size_t(h) * cap + pos) * hd + i] =
@@ -144,8 +144,8 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
   for (int h = 0; h < H; ++h) {
     const int kvh = h / (H / KV);
     std::vector<float> q(&qkv[size_t(2 * h * hd)], &qkv[size_t(2 * h * hd + hd)]);
-    cpu::rms_norm(q.data(), qn.data(), hd, 1e-6f, q.data());
-    cpu::apply_rope(q.data(), rot, theta, pos);
+    model::rms_norm(q.data(), qn.data(), hd, 1e-6f, q.data());
+    model::apply_rope(q.data(), rot, theta, pos);
     std::vector<double> s(static_cast<size_t>(n));
     double mx = -1e30, sum = 0;
     for (int j = 0; j < n; ++j) {
@@ -160,7 +160,7 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
       double o = 0;
       for (int j = 0; j < n; ++j)
         o += s[size_t(j)] * bf16_to_f32(vc[(size_t(kvh) * cap + j) * hd + i]);
-      ref[size_t(h * hd + i)] = float(o / sum) * cpu::sigmoid(qkv[size_t(2 * h * hd + hd + i)]);
+      ref[size_t(h * hd + i)] = float(o / sum) * model::sigmoid(qkv[size_t(2 * h * hd + hd + i)]);
     }
   }
   EXPECT_LE(max_diff(to_host(dout.get(), ref.size()), ref), 1e-4f * max_abs(ref));

@@ -1,12 +1,12 @@
-// GEMV and MoE kernels against their CPU twins (cpu::matmul, cpu::route_token,
+// GEMV and MoE kernels against their CPU twins (model::matmul, model::route_token,
 // the SwiGLU experts), on fresh random inputs. Tolerance: 2e-5 of the output's
 // max |value| (fp32 accumulation in another order; the GPU sums s*sum(q*x) +
 // b*sum(x) per group where the CPU dots dequantised rows).
 #include <cmath>
 
-#include "backends/cpu/moe.h"
-#include "backends/cpu/ops.h"
 #include "gpu_test_util.h"
+#include "model/moe.h"
+#include "model/ops.h"
 
 namespace tern::test {
 namespace {
@@ -32,13 +32,13 @@ TEST_P(Gemv, StoreNormAndAddMatchCpu) {
   auto dx = to_dev(x), dn = to_dev(normw), dy = to_dev(y0);
 
   std::vector<float> ref(static_cast<size_t>(rows)), xn(static_cast<size_t>(cols));
-  cpu::matmul(W.host, x.data(), 1, ref.data());
+  model::matmul(W.host, x.data(), 1, ref.data());
   ASSERT_EQ(cuda::gemv({.W = W.dev, .x = dx.get(), .y = dy.get()}, nullptr), cudaSuccess);
   auto got = to_host(dy.get(), size_t(rows));
   EXPECT_LE(max_diff(got, ref), kRel * max_abs(ref)) << "store";
 
-  cpu::rms_norm(x.data(), normw.data(), cols, 1e-6f, xn.data());
-  cpu::matmul(W.host, xn.data(), 1, ref.data());
+  model::rms_norm(x.data(), normw.data(), cols, 1e-6f, xn.data());
+  model::matmul(W.host, xn.data(), 1, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += got[i];
   ASSERT_EQ(cuda::gemv({.W = W.dev,
                         .x = dx.get(),
@@ -81,10 +81,10 @@ TEST_P(GemvGatedNorm, MatchesCpu) {
       ref(static_cast<size_t>(rows));
   for (size_t i = 0; i < nw.size(); ++i) normw[i] = 1.0f + nw[i];
   for (int h = 0; h < cols / group; ++h)
-    cpu::rms_norm(&x[size_t(h * group)], normw.data(), group, 1e-6f, &xn[size_t(h * group)]);
+    model::rms_norm(&x[size_t(h * group)], normw.data(), group, 1e-6f, &xn[size_t(h * group)]);
   std::vector<float> gate(static_cast<size_t>(cols));
-  for (int i = 0; i < cols; ++i) xn[size_t(i)] *= gate[size_t(i)] = cpu::silu(z[size_t(i)]);
-  cpu::matmul(W.host, xn.data(), 1, ref.data());
+  for (int i = 0; i < cols; ++i) xn[size_t(i)] *= gate[size_t(i)] = model::silu(z[size_t(i)]);
+  model::matmul(W.host, xn.data(), 1, ref.data());
   for (int r = 0; r < rows; ++r) ref[size_t(r)] += y0[size_t(r)];
   auto dx = to_dev(x), dz = to_dev(gate), dn = to_dev(normw), dy = to_dev(y0);
   const cuda::GemvArgs args{.W = W.dev,
@@ -122,13 +122,13 @@ TEST_P(GemvConv, ConvAndGateRowsMatchCpu) {
              state = randn(size_t(Kc - 1) * ch, g);
   std::vector<float> acc(static_cast<size_t>(rows)), y(static_cast<size_t>(rows)),
       out(static_cast<size_t>(ch)), next(state.size());
-  cpu::matmul(W.host, x.data(), 1, acc.data());
+  model::matmul(W.host, x.data(), 1, acc.data());
   for (int r = 0; r < rows; ++r)
-    y[size_t(r)] = r >= ch && r < ch + gated ? cpu::silu(acc[size_t(r)]) : acc[size_t(r)];
+    y[size_t(r)] = r >= ch && r < ch + gated ? model::silu(acc[size_t(r)]) : acc[size_t(r)];
   for (int c = 0; c < ch; ++c) {
     float s = cw[size_t(c) * Kc + Kc - 1] * acc[size_t(c)];
     for (int j = 0; j < Kc - 1; ++j) s += cw[size_t(c) * Kc + j] * state[size_t(j) * ch + c];
-    out[size_t(c)] = cpu::silu(s);
+    out[size_t(c)] = model::silu(s);
     for (int j = 0; j + 1 < Kc - 1; ++j) next[size_t(j) * ch + c] = state[size_t(j + 1) * ch + c];
     next[size_t(Kc - 2) * ch + c] = acc[size_t(c)];
   }
@@ -184,21 +184,21 @@ TEST_P(Moe, RouterExpertsMatchCpu) {
 
   // CPU twin.
   std::vector<float> h(static_cast<size_t>(D)), a(static_cast<size_t>(D)), logits(size_t(E + 1));
-  cpu::matmul(O.host, x.data(), 1, h.data());
+  model::matmul(O.host, x.data(), 1, h.data());
   for (int d = 0; d < D; ++d) h[size_t(d)] += h0[size_t(d)];
-  cpu::rms_norm(h.data(), normw.data(), D, 1e-6f, a.data());
-  cpu::matmul(R.host, a.data(), 1, logits.data());
-  const cpu::Route route = cpu::route_token(logits.data(), E, k, true);
+  model::rms_norm(h.data(), normw.data(), D, 1e-6f, a.data());
+  model::matmul(R.host, a.data(), 1, logits.data());
+  const model::Route route = model::route_token(logits.data(), E, k, true);
   std::vector<float> wts = route.weights;
-  wts.push_back(cpu::sigmoid(logits[size_t(E)]));
+  wts.push_back(model::sigmoid(logits[size_t(E)]));
   std::vector<float> act(size_t((k + 1) * I)),
       out = h, y(static_cast<size_t>(D)), gg(static_cast<size_t>(I)), uu(static_cast<size_t>(I));
   for (int s = 0; s <= k; ++s) {
     const int e = s < k ? route.experts[size_t(s)] : E;
-    cpu::matmul(GU.host.row_slice(int64_t(e) * 2 * I, I), a.data(), 1, gg.data());
-    cpu::matmul(GU.host.row_slice(int64_t(e) * 2 * I + I, I), a.data(), 1, uu.data());
-    for (int f = 0; f < I; ++f) act[size_t(s * I + f)] = cpu::silu(gg[size_t(f)]) * uu[size_t(f)];
-    cpu::matmul(DN.host.row_slice(int64_t(e) * D, D), &act[size_t(s * I)], 1, y.data());
+    model::matmul(GU.host.row_slice(int64_t(e) * 2 * I, I), a.data(), 1, gg.data());
+    model::matmul(GU.host.row_slice(int64_t(e) * 2 * I + I, I), a.data(), 1, uu.data());
+    for (int f = 0; f < I; ++f) act[size_t(s * I + f)] = model::silu(gg[size_t(f)]) * uu[size_t(f)];
+    model::matmul(DN.host.row_slice(int64_t(e) * D, D), &act[size_t(s * I)], 1, y.data());
     for (int d = 0; d < D; ++d) out[size_t(d)] += wts[size_t(s)] * y[size_t(d)];
   }
 
@@ -254,7 +254,7 @@ TEST(MoePick, TopKMatchesCpuWithTies) {
         auto dl = to_dev(l);
         auto dids = to_dev(std::vector<int>(size_t(k), -1));
         ASSERT_EQ(cuda::pick_top_k(dl.get(), E, k, dids.get(), nullptr), cudaSuccess);
-        EXPECT_EQ(to_host(dids.get(), size_t(k)), cpu::route_token(l.data(), E, k, true).experts)
+        EXPECT_EQ(to_host(dids.get(), size_t(k)), model::route_token(l.data(), E, k, true).experts)
             << "E " << E << " k " << k << (tied ? " tied" : "");
       }
   EXPECT_EQ(cuda::pick_top_k(nullptr, 16, 17, nullptr, nullptr), cudaErrorInvalidValue);

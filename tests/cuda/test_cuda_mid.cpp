@@ -15,10 +15,10 @@
 
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels.h"
-#include "engine/sampler.h"
+#include "backends/reference/reference_backend.h"
 #include "gpu_test_util.h"
 
 namespace tern::test {
@@ -52,7 +52,7 @@ TEST(CudaMid, RealWidthsMatchTheCpuAndRunEveryTilePath) {
   const ModelConfig& c = w->cfg;
   ASSERT_EQ(c.hidden, 2048);
   ASSERT_EQ(c.vocab, 248320);
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::reset_path_counts();
   cuda::CudaBackend gpu(w);
   std::mt19937 g(31);
@@ -90,7 +90,7 @@ TEST(CudaMid, RealWidthsMatchTheCpuAndRunEveryTilePath) {
 TEST(CudaMid, Greedy128EqualsCpu) {
   TERN_REQUIRE_GPU();
   const auto w = dummy_weights("mid");
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {101, 7, 4242, 99, 31337, 5};
   auto run = [&](Backend& be) {

@@ -13,10 +13,10 @@
 
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/reference/reference_backend.h"
 #include "core/error.h"
-#include "engine/sampler.h"
 #include "gpu_test_util.h"
 
 namespace tern::test {
@@ -40,7 +40,7 @@ std::vector<int32_t> random_prompt(int n, int vocab, uint32_t seed) {
 TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
   TERN_REQUIRE_GPU();
   const auto w = dummy_weights("mid");
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const auto prompt = random_prompt(300, w->cfg.vocab, 41);
   std::vector<float> want;
@@ -91,7 +91,7 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
 TEST(CudaPrefill, Greedy256AfterALongPrefillEqualsCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const auto prompt = random_prompt(300, w->cfg.vocab, 7);
   constexpr int kN = 256;
@@ -112,7 +112,7 @@ TEST(CudaPrefill, Greedy256AfterALongPrefillEqualsCpu) {
 TEST(CudaPrefill, AllLogitsMatchTheCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const auto prompt = random_prompt(600, w->cfg.vocab, 9);  // past one 256-row logits piece
   std::vector<float> want, got;

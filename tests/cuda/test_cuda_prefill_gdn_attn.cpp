@@ -1,9 +1,9 @@
 // The prefill's Gated DeltaNet and attention kernels against their CPU twins
 // on fresh random inputs, outputs poisoned first:
 //   gdn_prep + gdn_conv_state vs the conv, SiLU, L2 norms and gates written
-//   out here as cpu::gdn_forward computes them; the delta rule, scan and
-//   chunked, vs cpu::delta_rule_recurrent at chunk-edge and odd lengths and in
-//   two calls; attn_prep vs cpu::rms_norm + cpu::apply_rope; attn_flash vs a
+//   out here as model::gdn_forward computes them; the delta rule, scan and
+//   chunked, vs model::delta_rule_recurrent at chunk-edge and odd lengths and in
+//   two calls; attn_prep vs model::rms_norm + model::apply_rope; attn_flash vs a
 //   double-precision softmax attention over the same bf16 cache and bf16 q.
 // Bounds: the scan is fp32 (the order of its sums differs): 5e-5 of the
 // largest value. The chunked form rounds its tensor-core operands to tf32
@@ -16,12 +16,12 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cpu/attention.h"
-#include "backends/cpu/gdn.h"
-#include "backends/cpu/ops.h"
 #include "backends/cuda/prefill_kernels.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
+#include "model/attention.h"
+#include "model/gdn.h"
+#include "model/ops.h"
 #include "model/rope.h"
 
 namespace tern::test {
@@ -56,20 +56,20 @@ TEST_P(PrefillGdnPrep, MatchesTheCpu) {
     for (int c = 0; c < C; ++c) {
       float s = 0;
       for (int j = 0; j < Kc; ++j) s += w[size_t(c) * Kc + j] * all[size_t(t + j) * C + c];
-      y[size_t(c)] = cpu::silu(s);
+      y[size_t(c)] = model::silu(s);
     }
     for (int m = 0; m < Hk; ++m) {
-      cpu::l2_normalize(&y[size_t(m) * kD], kD, 1.0f / std::sqrt(float(kD)));
-      cpu::l2_normalize(&y[size_t(Hk + m) * kD], kD, 1.0f);
+      model::l2_normalize(&y[size_t(m) * kD], kD, 1.0f / std::sqrt(float(kD)));
+      model::l2_normalize(&y[size_t(Hk + m) * kD], kD, 1.0f);
     }
     std::copy_n(&y[0], Hk * kD, &q[size_t(t) * Hk * kD]);
     std::copy_n(&y[size_t(Hk) * kD], Hk * kD, &k[size_t(t) * Hk * kD]);
     std::copy_n(&y[size_t(2 * Hk) * kD], Hv * kD, &v[size_t(t) * Hv * kD]);
     for (int n = 0; n < Hv; ++n) {
       const float* row = &proj[size_t(t) * ld + C + Hv * kD];
-      beta[size_t(t) * Hv + n] = cpu::sigmoid(row[n]);
+      beta[size_t(t) * Hv + n] = model::sigmoid(row[n]);
       gg[size_t(t) * Hv + n] =
-          -std::exp(a_log[size_t(n)]) * cpu::softplus(row[Hv + n] + dt[size_t(n)]);
+          -std::exp(a_log[size_t(n)]) * model::softplus(row[Hv + n] + dt[size_t(n)]);
     }
   }
   const std::vector<float> new_state(all.end() - (Kc - 1) * C, all.end());
@@ -126,12 +126,12 @@ TEST_P(PrefillDelta, MatchesTheRecurrence) {
   std::mt19937 gen(uint32_t(T * 5 + p.Hv + p.chunked));
   auto q = randn(size_t(T) * p.Hk * kD, gen), k = randn(q.size(), gen);
   for (int i = 0; i < T * p.Hk; ++i) {
-    cpu::l2_normalize(&q[size_t(i) * kD], kD, 1.0f / std::sqrt(float(kD)));
-    cpu::l2_normalize(&k[size_t(i) * kD], kD, 1.0f);
+    model::l2_normalize(&q[size_t(i) * kD], kD, 1.0f / std::sqrt(float(kD)));
+    model::l2_normalize(&k[size_t(i) * kD], kD, 1.0f);
   }
   const auto v = randn(size_t(T) * p.Hv * kD, gen);
   auto beta = randn(size_t(T) * p.Hv, gen), g = randn(beta.size(), gen, 0.5f);
-  for (float& b : beta) b = cpu::sigmoid(b);
+  for (float& b : beta) b = model::sigmoid(b);
   for (float& x : g) x = -std::exp(x - 1.0f);
   auto S = randn(size_t(p.Hv) * kD * kD, gen, 0.1f);
   std::vector<float> o(v.size());
@@ -146,8 +146,8 @@ TEST_P(PrefillDelta, MatchesTheRecurrence) {
       std::copy_n(&v[(size_t(t) * p.Hv + n) * kD], kD, &vn[size_t(t) * kD]);
       bn[size_t(t)] = beta[size_t(t) * p.Hv + n], gn[size_t(t)] = g[size_t(t) * p.Hv + n];
     }
-    cpu::delta_rule_recurrent(qn.data(), kn.data(), vn.data(), gn.data(), bn.data(), T, kD, kD,
-                              &S[size_t(n) * kD * kD], on.data());
+    model::delta_rule_recurrent(qn.data(), kn.data(), vn.data(), gn.data(), bn.data(), T, kD, kD,
+                                &S[size_t(n) * kD * kD], on.data());
     for (int t = 0; t < T; ++t)
       std::copy_n(&on[size_t(t) * kD], kD, &o[(size_t(t) * p.Hv + n) * kD]);
   }
@@ -226,8 +226,8 @@ TEST(PrefillAttention, PrepMatchesTheCpu) {
     const float* row = &qkv[size_t(t) * width];
     for (int h = 0; h < H; ++h) {
       std::vector<float> x(static_cast<size_t>(hd));
-      cpu::rms_norm(row + h * 2 * hd, qn.data(), hd, 1e-6f, x.data());
-      cpu::apply_rope(x.data(), R, theta, pos0 + t);
+      model::rms_norm(row + h * 2 * hd, qn.data(), hd, 1e-6f, x.data());
+      model::apply_rope(x.data(), R, theta, pos0 + t);
       for (int d = 0; d < hd; ++d) {
         const float want = x[size_t(d)] * 1.4426950408889634f / 16.0f;
         const float got = bf16_to_f32(hq[(size_t(h) * T + t) * hd + d]);
@@ -236,8 +236,8 @@ TEST(PrefillAttention, PrepMatchesTheCpu) {
     }
     for (int h = 0; h < KV; ++h) {
       std::vector<float> x(static_cast<size_t>(hd));
-      cpu::rms_norm(row + 2 * H * hd + h * hd, kn.data(), hd, 1e-6f, x.data());
-      cpu::apply_rope(x.data(), R, theta, pos0 + t);
+      model::rms_norm(row + 2 * H * hd + h * hd, kn.data(), hd, 1e-6f, x.data());
+      model::apply_rope(x.data(), R, theta, pos0 + t);
       const float* vr = row + 2 * H * hd + KV * hd + h * hd;
       for (int d = 0; d < hd; ++d) {
         const float gk = bf16_to_f32(hk[kv_at(h, cap, pos0 + t, d / 8, false) + size_t(d % 8)]);

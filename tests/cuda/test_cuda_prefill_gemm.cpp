@@ -1,6 +1,6 @@
 // The prefill's staging, 4-bit GEMM and MoE kernels (prefill_kernels.h)
 // against their CPU twins on fresh random inputs, outputs poisoned first: the
-// staging modes (cpu::rms_norm, the gated norm, the attention gate), the GEMM
+// staging modes (model::rms_norm, the gated norm, the attention gate), the GEMM
 // in both weight layouts, both tile widths and every epilogue at real and odd
 // sizes, and the MoE's routing, grouped gate/up + down and combine (1 row, 1
 // row an expert, an expert with every row).
@@ -15,11 +15,11 @@
 #include <cstdio>
 #include <numeric>
 
-#include "backends/cpu/moe.h"
-#include "backends/cpu/ops.h"
 #include "backends/cuda/prefill_kernels.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
+#include "model/moe.h"
+#include "model/ops.h"
 
 namespace tern::test {
 namespace {
@@ -78,17 +78,17 @@ TEST_P(PrefillStage, MatchesTheCpu) {
         std::copy(xt, xt + K, yt);
         break;
       case cuda::StageMode::norm:
-        cpu::rms_norm(xt, w.data(), K, 1e-6f, yt);
+        model::rms_norm(xt, w.data(), K, 1e-6f, yt);
         break;
       case cuda::StageMode::gated:
         for (int h = 0; h < K / 128; ++h) {
-          cpu::rms_norm(xt + 128 * h, w.data(), 128, 1e-6f, yt + 128 * h);
-          for (int i = 0; i < 128; ++i) yt[128 * h + i] *= cpu::silu(gt[128 * h + i]);
+          model::rms_norm(xt + 128 * h, w.data(), 128, 1e-6f, yt + 128 * h);
+          for (int i = 0; i < 128; ++i) yt[128 * h + i] *= model::silu(gt[128 * h + i]);
         }
         break;
       case cuda::StageMode::gate:
         for (int k = 0; k < K; ++k)
-          yt[k] = xt[k] * cpu::sigmoid(gt[(k / 256) * 512 + 256 + k % 256]);
+          yt[k] = xt[k] * model::sigmoid(gt[(k / 256) * 512 + 256 + k % 256]);
         break;
     }
   }
@@ -206,7 +206,7 @@ TEST_P(PrefillGemm, MatchesCpuMatmul) {
   }
   const auto x = randn(size_t(p.n) * p.K, g);
   std::vector<float> ref(size_t(p.n) * p.rows);
-  cpu::matmul(M.host, x.data(), p.n, ref.data());
+  model::matmul(M.host, x.data(), p.n, ref.data());
   const auto y0 = randn(ref.size(), g), wts = randn(size_t(p.n), g);
   auto want = ref;
   for (int t = 0; t < p.n; ++t)
@@ -268,7 +268,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
 // The MoE of T tokens from given router logits in `parts` partial sums
 // ([parts][T][E + 1], as router_logits writes them): route_tokens, the grouped
 // gate/up (SwiGLU) and down (routing weights) GEMMs and the combine, against
-// cpu::route_token (on the parts summed in order, as route_tokens sums them)
+// model::route_token (on the parts summed in order, as route_tokens sums them)
 // and the experts' rows on the CPU.
 void check_moe(const std::vector<float>& part_logits, int parts, int T, int E, int top_k, int D,
                int I, bool tiles, int bn, int bm, std::mt19937& g) {
@@ -282,20 +282,20 @@ void check_moe(const std::vector<float>& part_logits, int parts, int T, int E, i
   const auto x = randn(size_t(T) * D, g), h0 = randn(size_t(T) * D, g);
   // CPU: the routed experts in choice order, then the shared one.
   std::vector<float> want = h0;
-  std::vector<cpu::Route> routes;
+  std::vector<model::Route> routes;
   for (int t = 0; t < T; ++t) {
-    routes.push_back(cpu::route_token(&logits[size_t(t) * (E + 1)], E, top_k, true));
-    cpu::Route r = routes.back();
+    routes.push_back(model::route_token(&logits[size_t(t) * (E + 1)], E, top_k, true));
+    model::Route r = routes.back();
     r.experts.push_back(E);
-    r.weights.push_back(cpu::sigmoid(logits[size_t(t) * (E + 1) + E]));
+    r.weights.push_back(model::sigmoid(logits[size_t(t) * (E + 1) + E]));
     for (int k = 0; k < K1; ++k) {
       const int e = r.experts[size_t(k)];
       std::vector<float> gt(static_cast<size_t>(I)), ut(static_cast<size_t>(I)),
           yt(static_cast<size_t>(D));
-      cpu::matmul(up.host.row_slice(int64_t(e) * 2 * I, I), &x[size_t(t) * D], 1, gt.data());
-      cpu::matmul(up.host.row_slice(int64_t(e) * 2 * I + I, I), &x[size_t(t) * D], 1, ut.data());
-      for (int f = 0; f < I; ++f) gt[size_t(f)] = cpu::silu(gt[size_t(f)]) * ut[size_t(f)];
-      cpu::matmul(down.host.row_slice(int64_t(e) * D, D), gt.data(), 1, yt.data());
+      model::matmul(up.host.row_slice(int64_t(e) * 2 * I, I), &x[size_t(t) * D], 1, gt.data());
+      model::matmul(up.host.row_slice(int64_t(e) * 2 * I + I, I), &x[size_t(t) * D], 1, ut.data());
+      for (int f = 0; f < I; ++f) gt[size_t(f)] = model::silu(gt[size_t(f)]) * ut[size_t(f)];
+      model::matmul(down.host.row_slice(int64_t(e) * D, D), gt.data(), 1, yt.data());
       for (int d = 0; d < D; ++d) want[size_t(t) * D + d] += r.weights[size_t(k)] * yt[size_t(d)];
     }
   }
@@ -361,7 +361,7 @@ void check_moe(const std::vector<float>& part_logits, int parts, int T, int E, i
       EXPECT_GE(slot, off[size_t(e)]) << "token " << t << " choice " << k;
       EXPECT_LT(slot, off[size_t(e) + 1]) << "token " << t << " choice " << k;
       const float w = k < top_k ? routes[size_t(t)].weights[size_t(k)]
-                                : cpu::sigmoid(logits[size_t(t) * (E + 1) + E]);
+                                : model::sigmoid(logits[size_t(t) * (E + 1) + E]);
       EXPECT_NEAR(sw[size_t(slot)], w, 1e-5f);
     }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), A);

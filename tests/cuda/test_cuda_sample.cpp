@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/constraint.h"
+#include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
-#include "engine/constraint.h"
-#include "engine/sampler.h"
+#include "backends/reference/reference_backend.h"
+#include "checkpoint/dummy.h"
 #include "gpu_test_util.h"
-#include "model/dummy.h"
 #include "sampling_cases.h"
 
 namespace tern::test {
@@ -207,7 +207,7 @@ std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<in
 TEST(CudaBackend, SampledGenerationEqualsCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
   auto run = [&](Backend& be) {

@@ -7,11 +7,11 @@
 #include <random>
 #include <type_traits>
 
+#include "backend/constraint.h"
 #include "backend_checks.h"
-#include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels.h"
-#include "engine/constraint.h"
+#include "backends/reference/reference_backend.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"
 
@@ -66,7 +66,7 @@ TEST(CudaSession, SplitGenerationEqualsOneCall) {
 TEST(CudaSession, SplitGenerationEqualsTheCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)})
     EXPECT_EQ(split_generation(gpu, p), split_generation(cpu, p))
@@ -106,7 +106,7 @@ class HashConstraint final : public TokenConstraint {
 TEST(CudaSession, ConstrainedGenerationEqualsTheCpu) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
-  CpuBackend cpu(w);
+  ReferenceBackend cpu(w);
   cuda::CudaBackend gpu(w);
   for (const SamplingParams& p : {SamplingParams{}, chat_sampling(4)}) {
     HashConstraint on_gpu(gpu.config().vocab), on_cpu(cpu.config().vocab);

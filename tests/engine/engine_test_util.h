@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backends/reference/reference_backend.h"
+#include "chat/chat_template.h"
+#include "checkpoint/dummy.h"
 #include "engine/engine.h"
-#include "model/dummy.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::test {
@@ -37,7 +37,7 @@ struct TinyModel {
         be(load_model(dir, WeightMode::q4)) {}
   std::string dir;
   Tokenizer tok;
-  CpuBackend be;
+  ReferenceBackend be;
 
   std::vector<int32_t> chat(const nlohmann::ordered_json& messages, bool thinking = false) const {
     nlohmann::ordered_json req = {

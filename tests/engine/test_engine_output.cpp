@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "engine/scripted_backend.h"
+#include "backends/scripted_backend.h"
 #include "engine_test_util.h"
 
 namespace tern::test {

@@ -7,10 +7,10 @@
 
 #include <latch>
 
+#include "backends/scripted_backend.h"
+#include "chat/next_turn.h"
 #include "engine/scheduler.h"
-#include "engine/scripted_backend.h"
 #include "engine_test_util.h"
-#include "tokenizer/next_turn.h"
 
 namespace tern::test {
 namespace {

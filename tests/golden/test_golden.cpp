@@ -16,8 +16,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/fast/fast_backend.h"
+#include "backends/cpu/fast_backend.h"
+#include "backends/reference/reference_backend.h"
 #include "core/npy.h"
 #include "engine/score.h"
 #include "fast_bound.h"
@@ -86,14 +86,14 @@ void for_each_run(Backend& b, const Case& c, const Check& check) {
 
 TEST_P(Golden, MatchesTransformers) {
   const Case c = GetParam();
-  CpuBackend backend(load_model(kGolden + "/" + c.dir, c.mode));
+  ReferenceBackend backend(load_model(kGolden + "/" + c.dir, c.mode));
   for_each_run(backend, c, expect_matches);
 }
 
 TEST_P(Golden, FastBackendMatchesTransformers) {
   const Case c = GetParam();
   auto w = load_model(kGolden + "/" + c.dir, c.mode);
-  for (cpu::fast::Isa isa : cpu::fast::supported_isas()) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
     FastCpuBackend exact(w, isa, false);
     for_each_run(exact, c, expect_matches);
     FastCpuBackend fast(w, isa);
@@ -101,7 +101,7 @@ TEST_P(Golden, FastBackendMatchesTransformers) {
                  [&](const std::vector<float>& ours, const NpyArray& ref,
                      const std::vector<int32_t>& toks, const std::string& what) {
                    test::expect_within_int8_bound(ours, ref.data, toks, w->cfg.vocab,
-                                                  what + " " + cpu::fast::isa_name(isa));
+                                                  what + " " + cpu::isa_name(isa));
                  });
   }
 }
@@ -119,8 +119,8 @@ TEST(Golden, RecurrentAndChunkedFormsAgree) {
   auto w = load_model(kGolden + "/hf", WeightMode::bf16);
   auto toks = golden_tokens()[2];
   NpyArray ref = read_npy_f32(kGolden + "/logits_bf16_2.npy");
-  for (cpu::DeltaForm f : {cpu::DeltaForm::recurrent, cpu::DeltaForm::chunked}) {
-    CpuBackend b(w, f);
+  for (model::DeltaForm f : {model::DeltaForm::recurrent, model::DeltaForm::chunked}) {
+    ReferenceBackend b(w, f);
     expect_matches(score_tokens(b, toks, 0), ref, toks, "forced delta-rule form");
   }
 }

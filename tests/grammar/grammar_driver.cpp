@@ -10,18 +10,18 @@
 #include <iostream>
 #include <string>
 
+#include "backend/backend.h"
 #include "backends/factory.h"
+#include "chat/output_parser.h"
+#include "checkpoint/dummy.h"
 #include "core/error.h"
-#include "engine/backend.h"
 #include "grammar/gbnf.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/request.h"
 #include "grammar/tokenizer_vocab.h"
-#include "model/dummy.h"
 #include "server/openai_request.h"
-#include "tokenizer/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {

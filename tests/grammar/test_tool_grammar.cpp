@@ -6,12 +6,12 @@
 
 #include <random>
 
+#include "chat/tool_call.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "grammar/json_shape.h"
 #include "grammar/tool_grammar.h"
 #include "grammar_test_util.h"
-#include "tokenizer/tool_call.h"
 
 namespace tern::test {
 namespace {

@@ -6,7 +6,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import net from "node:net";
-import { Server, makeDummy, post, sleep } from "./harness.mjs";
+import { Server, makeDummy, metric, post, sleep, untilMetric } from "./harness.mjs";
 
 const KEY = "sk-connections-test";
 const auth = { authorization: `Bearer ${KEY}` };
@@ -153,11 +153,13 @@ test("half-close: a quick answer still comes; a generation is cancelled", async 
   await waitFor(() => c.closedAt, 5000, "the connection to close");
   assert.match(c.out, /^HTTP\/1\.1 200[^]*"object":"list"/);
   // As Go's net/http does: a client that stops sending is taken as gone.
+  const cancelled = 'tern_generations_total{finish="cancelled"}';
+  const before = await metric(srv, cancelled, auth);
   const g = open(srv.port);
   const body = JSON.stringify({ prompt: "Count", max_tokens: 100000, ignore_eos: true });
   g.s.end(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n` +
           `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
-  await waitFor(() => /finish=cancelled/.test(srv.log), 5000, "the request to be cancelled");
+  await untilMetric(srv, cancelled, before + 1, auth);
   g.s.destroy();
 });
 

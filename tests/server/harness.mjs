@@ -73,6 +73,31 @@ export class Server {
   }
 }
 
+// One sample of the server's /metrics, named as printed (labels included:
+// 'tern_generations_total{finish="cancelled"}'); 0 when absent.
+export async function metric(s, sample, headers = {}) {
+  const text = await (await fetch(s.url + "/metrics", { headers })).text();
+  const line = text.split("\n").find((l) => l.startsWith(sample + " "));
+  return line ? Number(line.slice(sample.length + 1)) : 0;
+}
+
+// Waits until a metric reaches `value` (10 s at most).
+export async function untilMetric(s, sample, value, headers = {}) {
+  const deadline = Date.now() + 10000;
+  for (let v; (v = await metric(s, sample, headers)) < value; await sleep(10))
+    if (Date.now() > deadline) throw new Error(`${sample} stayed at ${v}, below ${value}`);
+}
+
+// Waits until the engine has nothing queued or running (an idle prefill included).
+export async function untilIdle(s, headers = {}) {
+  const deadline = Date.now() + 10000;
+  while ((await metric(s, "tern_requests_running", headers)) > 0 ||
+         (await metric(s, "tern_queue_depth", headers)) > 0) {
+    if (Date.now() > deadline) throw new Error("the engine never became idle");
+    await sleep(10);
+  }
+}
+
 export function sleep(ms) {
   return new Promise((r) => setTimeout(r, ms));
 }

@@ -6,7 +6,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { Server, makeDummy, post, sleep } from "./harness.mjs";
+import { Server, makeDummy, metric, post, sleep, untilIdle, untilMetric } from "./harness.mjs";
 
 const model = makeDummy(1);
 let srv, client;
@@ -50,6 +50,7 @@ test("streaming: role first, deltas, finish, usage, [DONE]", async () => {
 
 test("a streamed answer's next turn is prefilled while idle", async () => {
   const msgs = [{ role: "system", content: "Stream and continue." }, ...user("Name a river.")];
+  const prefills = await metric(srv, "tern_idle_prefills_total");
   const stream = await client.chat.completions.create({
     messages: msgs, max_tokens: 6, seed: 4, stream: true, stream_options: { include_usage: true }, enable_thinking: false,
   });
@@ -58,7 +59,8 @@ test("a streamed answer's next turn is prefilled while idle", async () => {
     text += ch.choices[0]?.delta?.content ?? "";
     if (ch.usage) usage = ch.usage;
   }
-  await sleep(500);
+  await untilMetric(srv, "tern_idle_prefills_total", prefills + 1);
+  await untilIdle(srv);  // the next turn's prefix is prefilled now
   msgs.push({ role: "assistant", content: text }, ...user("And another?"));
   const c = await client.chat.completions.create({ messages: msgs, max_tokens: 2, seed: 5, enable_thinking: false });
   assert.ok(c.usage.prompt_tokens_details.cached_tokens > usage.prompt_tokens);
@@ -68,13 +70,15 @@ test("later turns are served from the cache, and match a cold server", async () 
   const msgs = [{ role: "system", content: "Be brief." }, ...user("Tell me about rivers.")];
   const outs = [];
   for (let turn = 0; turn < 3; turn++) {
+    const prefills = await metric(srv, "tern_idle_prefills_total");
     const c = await client.chat.completions.create({ messages: msgs, max_tokens: 8, seed: 10 + turn, enable_thinking: false });
     outs.push(c);
     // The answer and the next message's start were prefilled while the server
     // was idle: the cache reaches past the whole previous prompt.
     if (turn > 0) assert.ok(c.usage.prompt_tokens_details.cached_tokens > outs[turn - 1].usage.prompt_tokens, `turn ${turn} cached`);
     msgs.push({ role: "assistant", content: c.choices[0].message.content ?? "" }, ...user(`and more ${turn}`));
-    await sleep(500);  // idle: the next turn's prefix is prefilled now
+    await untilMetric(srv, "tern_idle_prefills_total", prefills + 1);
+    await untilIdle(srv);  // the next turn's prefix is prefilled now
   }
   // The same conversation on a server without a cache gives the same answers:
   // with the same prefill stops (--snapshot-every is one), so the same calls.
@@ -201,6 +205,9 @@ test("API key, Host and Origin checks; body limit", async () => {
 });
 
 test("a client that goes away cancels its request; others go on", async () => {
+  const cancelled = 'tern_generations_total{finish="cancelled"}';
+  const before = await metric(srv, cancelled);
+  const tokens = await metric(srv, "tern_completion_tokens_total");
   const ctl = new AbortController();
   const stream = await client.chat.completions.create(
     { messages: user("Write a long story"), max_tokens: 1500, stream: true, temperature: 0 },
@@ -209,22 +216,18 @@ test("a client that goes away cancels its request; others go on", async () => {
   try {
     for await (const ch of stream) if (++n === 3) ctl.abort();
   } catch {}
-  const t0 = Date.now();
-  while (!/finish=cancelled/.test(srv.log) && Date.now() - t0 < 10000) await sleep(20);
-  assert.match(srv.log, /completion=\d+ .*finish=cancelled/);
-  const done = Number(srv.log.match(/completion=(\d+) [^\n]*finish=cancelled/)[1]);
+  await untilMetric(srv, cancelled, before + 1);
+  const done = (await metric(srv, "tern_completion_tokens_total")) - tokens;
   assert.ok(done < 200, `cancelled after ${done} tokens`);
   const ok = await client.chat.completions.create({ messages: user("still there?"), max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
   // Non-streaming too.
   const ctl2 = new AbortController();
   const p = client.chat.completions.create({ messages: user("Another long one"), max_tokens: 1500, temperature: 0, ignore_eos: true }, { signal: ctl2.signal }).catch(() => null);
-  await sleep(300);
+  await untilMetric(srv, "tern_requests_running", 1);  // it started
   ctl2.abort();
   await p;
-  const t1 = Date.now();
-  while ((srv.log.match(/finish=cancelled/g) || []).length < 2 && Date.now() - t1 < 10000) await sleep(20);
-  assert.equal((srv.log.match(/finish=cancelled/g) || []).length, 2);
+  await untilMetric(srv, cancelled, before + 2);
 });
 
 test("8 concurrent clients are all answered, in order", async () => {

@@ -405,7 +405,7 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
     check(cudaMallocHost(&mask_host_, words * sizeof(uint32_t)), "pinned mask");
     check(cudaMalloc(&mask_dev_, words * sizeof(uint32_t)), "mask");
   }
-  if (first < 0 || first >= V) fail("token id {} is outside the vocabulary [0, {})", first, V);
+  check_ids(std::span(&first, 1));
   if (max_tokens <= 0) return;
   check(cudaMemcpyAsync(s.ints + kToken, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
         "token");

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backends/cuda/device_weights.h"
-#include "engine/backend.h"
 
 namespace tern::cuda {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace tern::cuda {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/sampling_rules.h"
+#include "backend/sampling_rules.h"
 
 namespace tern::cuda {
 
@@ -251,7 +251,7 @@ cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st);
 // logits[i] = -inf where bit i of words is clear (twin: tern::apply_mask).
 cudaError_t mask_logits(float* logits, const uint32_t* words, int n, cudaStream_t st);
 
-// The sampler's token choice (twin: sample_token in engine/sampler.h), a few
+// The sampler's token choice (twin: sample_token in backend/sampler.h), a few
 // launches that replace argmax_advance in the captured step: penalties from
 // counts[] (the chosen token's count is incremented), temperature, top-k and
 // top-p thresholds by radix select on the keys of z, min-p, and the seeded

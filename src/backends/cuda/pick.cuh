@@ -1,5 +1,5 @@
 // The MoE's expert choice in one warp: the top-k of E <= 32 N expert logits,
-// ties to the lower index as on the CPU (cpu::route_token).
+// ties to the lower index as on the CPU (model::route_token).
 #pragma once
 
 #include "backends/cuda/common.cuh"

@@ -153,11 +153,7 @@ void CudaBackend::prefill(Sequence& seq, std::span<const int32_t> tokens, Logits
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const ModelConfig& c = w_->cfg;
   const int64_t n = int64_t(tokens.size()), start = s.length();
-  if (n == 0) fail("forward needs at least one token");
-  if (start + n > c.max_positions)
-    fail("sequence of {} tokens exceeds the model's {} positions", start + n, c.max_positions);
-  for (int32_t id : tokens)
-    if (id < 0 || id >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab);
+  check_tokens(s, tokens);
   for (size_t i = 0; i < cuts.size(); ++i)
     if (cuts[i] <= start || cuts[i] > start + n || (i > 0 && cuts[i] <= cuts[i - 1]))
       fail("prefill cut at {} is not inside the {} new tokens after {}, ascending", cuts[i], n,

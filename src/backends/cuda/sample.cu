@@ -1,5 +1,5 @@
 // The sampler's token choice on the device, the twin of sample_token
-// (engine/sampler.h) through the shared arithmetic of engine/sampling_rules.h.
+// (backend/sampler.h) through the shared arithmetic of backend/sampling_rules.h.
 // Nine launches of kBlocks x kThreads, each block on one contiguous chunk of
 // the vocabulary, each launch finished by its last block (a self-resetting
 // counter, so the captured graph replays):
