@@ -25,7 +25,7 @@
 #include "backend/backend.h"
 #include "backends/cpu/fast_backend.h"
 #include "backends/cpu/memory_bandwidth.h"
-#include "backends/cuda/step_kernels.h"
+#include "backends/cuda/leave_out.h"
 #include "backends/factory.h"
 #include "cli/bench_prefill.h"
 #include "cli/bench_timing.h"

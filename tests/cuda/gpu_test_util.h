@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -16,7 +17,8 @@
 
 #include "backend/backend.h"
 #include "backend/sampler.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/layout.h"
+#include "backends/cuda/misc.h"
 #include "checkpoint/dummy.h"
 #include "checkpoint/quant.h"
 #include "checkpoint/weights.h"
@@ -94,7 +96,7 @@ struct TestMat {
     dev = cuda::DMat{.w = w.get(), .sb = sb.get(), .rows = rows, .cols = cols, .bits = bits};
   }
 
-  // Moves the device copy into the tile layout (kernels.h) where the shape has
+  // Moves the device copy into the tile layout (layout.h) where the shape has
   // one, as the backend does, so the GEMVs take their tensor-core path. pair:
   // the expert width of a gate/up stack.
   void tile(int pair = 0) {
@@ -108,6 +110,17 @@ struct TestMat {
   DevPtr<uint8_t> tiles;
 };
 
+// The GEMVs' and MoE kernels' bound, of the output's max |value|: fp32
+// accumulation in another order (the GPU sums s*sum(q*x) + b*sum(x) per group
+// where the CPU dots dequantised rows).
+constexpr float kSumOrderRel = 2e-5f;
+
+// Prints the error a test measured against the scale of its reference.
+inline void report_measured(const char* what, float diff, float scale) {
+  std::printf("[measured] %s: max|diff| = %.3g of max|ref| %.3g (%.2e relative)\n", what, diff,
+              scale, double(diff / scale));
+}
+
 inline float max_abs(const std::vector<float>& v) {
   float m = 0;
   for (float x : v) m = std::max(m, std::abs(x));
@@ -120,7 +133,7 @@ inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) 
   return m;
 }
 
-// Where the KV cache's chunked layout (kernels.h) keeps dims 8q..8q+7 of row
+// Where the KV cache's chunked layout (layout.h) keeps dims 8q..8q+7 of row
 // r (kv head times capacity plus position; capacity a multiple of 16): the
 // index of the first, in bf16 elements.
 inline size_t kv_chunked_at(size_t r, int q, bool v) {

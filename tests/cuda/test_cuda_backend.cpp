@@ -1,7 +1,7 @@
 // End to end: the CUDA backend against the transformers golden logits (q4
 // weights, both checkpoint layouts) with the foundation bars (top-1 100%,
 // max|diff| <= 1e-3 * max|logit|: activations are fp32 on the GPU too, so the
-// exact bars apply), and greedy generation of 256 tokens equal on CPU and CUDA
+// exact bars apply), and greedy and sampled generation equal on CPU and CUDA
 // for a tiny random checkpoint.
 #include <filesystem>
 #include <fstream>
@@ -90,7 +90,7 @@ TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
           c.layer_types.begin());
   ASSERT_LT(layer, c.n_layers);
   constexpr int kOld = 4090, hd = cuda::kHeadDim;
-  // Each KV head's first kOld positions, in the chunked layout (kernels.h).
+  // Each KV head's first kOld positions, in the chunked layout (layout.h).
   auto old_rows = [&](const uint16_t* cache, bool v) {
     std::vector<uint16_t> rows;
     for (int h = 0; h < c.n_kv_heads; ++h) {
@@ -183,6 +183,42 @@ TEST(CudaBackend, LeaveOutDropsKernelsAndRejectsUnknownNames) {
   part.leave_out({"lm_head", "down"});
   auto a = full.new_sequence(), b = part.new_sequence();
   EXPECT_EQ(full.step_kernels(*a) - part.step_kernels(*b), 1 + w->cfg.n_layers);
+}
+
+std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<int32_t>& history,
+                                  const SamplingParams& p, int max_tokens, int stop_after) {
+  std::vector<int32_t> ids;
+  be.start_sampling(s, p, history);
+  be.generate(s, history.back(), max_tokens, [&](int32_t t) {
+    ids.push_back(t);
+    return int(ids.size()) < stop_after;
+  });
+  return ids;
+}
+
+// CPU and CUDA streams agree for a fixed seed, and the sequence each leaves
+// (stopped by the callback, so the run-ahead fed the last token) continues alike.
+TEST(CudaBackend, SampledGenerationEqualsCpu) {
+  TERN_REQUIRE_GPU();
+  auto w = tiny_dummy_weights();
+  ReferenceBackend cpu(w);
+  cuda::CudaBackend gpu(w);
+  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
+  auto run = [&](Backend& be) {
+    auto s = be.new_sequence();
+    std::vector<float> logits;
+    be.forward(*s, std::span(prompt).first(prompt.size() - 1), Logits::last, logits);
+    std::vector<int32_t> ids = generate_ids(be, *s, prompt, chat_sampling(7), 200, 96);
+    EXPECT_EQ(s->length(), int64_t(prompt.size() + ids.size()));
+    std::vector<int32_t> history = prompt;
+    history.insert(history.end(), ids.begin(), ids.end());
+    history.push_back(5);  // the next turn's first token
+    const auto more = generate_ids(be, *s, history, chat_sampling(8), 32, 1000);
+    EXPECT_EQ(s->length(), int64_t(history.size() + more.size() - 1));
+    ids.insert(ids.end(), more.begin(), more.end());
+    return ids;
+  };
+  EXPECT_EQ(run(gpu), run(cpu));
 }
 
 }  // namespace

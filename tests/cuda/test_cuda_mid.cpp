@@ -17,7 +17,7 @@
 
 #include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/host_state.h"
 #include "backends/reference/reference_backend.h"
 #include "gpu_test_util.h"
 

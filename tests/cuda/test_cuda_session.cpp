@@ -1,6 +1,6 @@
 // The CUDA backend's session state and stream order: tests/backend_checks.h
-// on the GPU, a restore that must wait for the stream's earlier work, the
-// sampler's state across calls, and the rotary angle at long context.
+// on the GPU, a restore that must wait for the stream's earlier work, and the
+// sampler's state across calls.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,10 +10,9 @@
 #include "backend/constraint.h"
 #include "backend_checks.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/layout.h"
 #include "backends/reference/reference_backend.h"
 #include "gpu_test_util.h"
-#include "model/rope.h"
 
 namespace tern::test {
 
@@ -151,28 +150,6 @@ TEST(CudaSession, RestoreIsOrderedAfterTheStreamsEarlierWork) {
   be.restore(*s, *st);
   be.forward(*s, R, Logits::last, got);
   EXPECT_EQ(got, want);
-}
-
-// The prep's rotation at long context: cos and sin of the CPU's fp32 angle
-// pos * inv_freq[i] (model/rope.h's table), against the same angle's cos and
-// sin in double precision. sincosf is within 2 ulp over any argument; a
-// different inv_freq (one ulp at 262,143) would turn the angle by up to ~0.03.
-TEST(CudaRope, RotationAtLongContextMatchesDoublePrecision) {
-  TERN_REQUIRE_GPU();
-  const ModelConfig c = parse_config(preset_config("35b-a3b"), "35b");
-  const std::vector<float> f = rope_inv_freqs(c.rope_theta, c.rotary_dim);
-  auto dinv = to_dev(f);
-  auto dcs = to_dev(std::vector<float>(f.size())), dsn = to_dev(std::vector<float>(f.size()));
-  for (int pos : {0, 1, 70000, 131071, 262143}) {
-    ASSERT_EQ(cuda::rotation_table(dinv.get(), c.rotary_dim, pos, dcs.get(), dsn.get(), nullptr),
-              cudaSuccess);
-    const auto cs = to_host(dcs.get(), f.size()), sn = to_host(dsn.get(), f.size());
-    for (size_t i = 0; i < f.size(); ++i) {
-      const double angle = double(float(pos) * f[i]);  // the fp32 angle, exactly
-      EXPECT_NEAR(cs[i], std::cos(angle), 3e-7) << "pos " << pos << " i " << i;
-      EXPECT_NEAR(sn[i], std::sin(angle), 3e-7) << "pos " << pos << " i " << i;
-    }
-  }
 }
 
 }  // namespace

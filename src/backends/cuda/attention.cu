@@ -4,8 +4,9 @@
 // KV append in bf16), and the combine, which also applies sigmoid(gate).
 #include <algorithm>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/host_state.h"
 #include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {
@@ -24,7 +25,7 @@ constexpr int kD = kHeadDim;
 // Contractions are order-free, so every lane reads whole 16-byte pieces of the
 // rows it needs and the fragments follow from them (K: 8 dims per piece for two
 // mmas; V: 8 dims of one position, paired across positions with PRMT). The
-// cache keeps each chunk's pieces in the lanes' order (kernels.h), so a chunk
+// cache keeps each chunk's pieces in the lanes' order (layout.h), so a chunk
 // comes into a warp's ring by two bulk copies (the TMA engine: 32 per-lane
 // copies a chunk kept the load-store unit busy) and each lane reads its own
 // pieces without bank conflicts. The first chunks are requested before the PDL
@@ -54,7 +55,7 @@ __device__ __forceinline__ uint32_t word(const uint4& u, int i) {
 }
 
 // Requests chunk c (positions 16c..16c+15; the cache's chunk layout is the
-// slot's, kernels.h) into `slot`, K's 8 KB then V's, completing on `bar`. One
+// slot's, layout.h) into `slot`, K's 8 KB then V's, completing on `bar`. One
 // lane. Rows past the context are whatever the cache holds there (finite: the
 // cache starts zeroed); their scores are masked.
 __device__ __forceinline__ void fetch_chunk(uint4* slot, const uint4* K, const uint4* V, int c,

@@ -1,5 +1,5 @@
 // Gated attention prefill: the token-parallel prep and causal GQA flash
-// attention for head dim 256 over the KV cache (kernels.h's chunked layout).
+// attention for head dim 256 over the KV cache (layout.h's chunked layout).
 //
 // attn_prep: a block a token, a warp a head, 8 dims a lane: q and k RMSNorm
 // and the partial rotate-half RoPE with decode's arithmetic and table (the
@@ -25,8 +25,10 @@
 // max and normaliser, and a combine kernel merges the ranges per (token, head).
 #include <algorithm>
 
+#include "backends/cuda/attn_prefill.h"
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/host_state.h"
+#include "backends/cuda/layout.h"
 #include "backends/cuda/wgmma.cuh"
 
 namespace tern::cuda {

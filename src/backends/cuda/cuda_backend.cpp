@@ -4,10 +4,16 @@
 
 #include <algorithm>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/gdn.h"
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/leave_out.h"
+#include "backends/cuda/misc.h"
+#include "backends/cuda/moe.h"
 #include "backends/cuda/prefill_buffers.h"
+#include "backends/cuda/sample.h"
 #include "backends/cuda/snapshot_pool.h"
-#include "backends/cuda/step_kernels.h"
 #include "core/error.h"
 
 namespace tern::cuda {
@@ -138,7 +144,7 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   int cap = std::max(s.capacity, 1);
   while (cap < n) cap *= 2;
   cap = std::min(cap, c.max_positions);
-  cap = (cap + kKvChunk - 1) / kKvChunk * kKvChunk;  // whole chunks (kernels.h)
+  cap = (cap + kKvChunk - 1) / kKvChunk * kKvChunk;  // whole chunks (layout.h)
   const size_t row = kHeadDim * sizeof(uint16_t);
   const size_t used = size_t(s.length() + kKvChunk - 1) / kKvChunk * kKvChunk;
   std::vector<uint16_t*> old_caches;
@@ -555,7 +561,7 @@ std::unique_ptr<Sequence> CudaBackend::fork(const Sequence& seq, const SequenceS
   auto f = new_sequence();
   auto& fs = dynamic_cast<CudaSequence&>(*f);
   reserve(fs, st.length() + 1);
-  // The KV chunks in use, whole (kernels.h's layout), per KV head.
+  // The KV chunks in use, whole (layout.h's layout), per KV head.
   const size_t row = kHeadDim * sizeof(uint16_t);
   const size_t used = size_t(st.length() + kKvChunk - 1) / kKvChunk * kKvChunk;
   for (size_t i = 0; i < s.k.size(); ++i) {

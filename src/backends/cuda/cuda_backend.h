@@ -5,7 +5,7 @@
 // device), which writes the next token into the next step's input, so
 // generation needs no host round trip but the streamed copy of each id.
 // Prompts run chunk by chunk through the prefill kernels (prefill.cpp,
-// prefill_kernels.h): every weight read once a chunk, on tensor cores.
+// prefill_gemm.h, ...): every weight read once a chunk, on tensor cores.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backends/cuda/device_weights.h"
+#include "backends/cuda/trace.h"
 
 namespace tern::cuda {
 
@@ -40,7 +41,7 @@ class CudaSequence : public Sequence {
  public:
   ~CudaSequence() override;
   int capacity = 0;              // KV positions allocated
-  std::vector<uint16_t*> k, v;   // per layer (attention only): kernels.h's chunked layout
+  std::vector<uint16_t*> k, v;   // per layer (attention only): layout.h's chunked layout
   std::vector<float*> S, conv;   // per layer (GDN only)
   int* ints = nullptr;           // [pos, token, step, saved step]
   int* out = nullptr;            // ring of chosen ids
@@ -131,7 +132,7 @@ class CudaBackend : public Backend {
   // with random values and sets the length (no real prefill).
   void fill_synthetic(Sequence& seq, int64_t length, uint64_t seed);
   void set_length(Sequence& seq, int64_t length);
-  // For tern bench --leave-out: leaves the named kernels (step_kernels.h) out
+  // For tern bench --leave-out: leaves the named kernels (leave_out.h) out
   // of the step graphs captured afterwards, which then time the rest (the
   // tokens are no longer the model's). Throws on an unknown name.
   void leave_out(const std::set<std::string>& names);
@@ -165,7 +166,7 @@ class CudaBackend : public Backend {
   void set_position(CudaSequence& s, int64_t length);
   void enqueue_step(CudaSequence& s, StepChoice choice);
   // The token choice at the end of a step: arg-max or the sampler, then the
-  // hand-off of the id (kernels.h).
+  // hand-off of the id (misc.h, sample.h).
   void enqueue_choice(CudaSequence& s, bool sampled);
   StepGraph& ensure_graph(CudaSequence& s, StepChoice choice);
   void run_step(CudaSequence& s, StepChoice choice);

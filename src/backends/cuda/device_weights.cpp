@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/misc.h"
+#include "backends/cuda/moe.h"
 #include "core/error.h"
 #include "model/rope.h"
 

@@ -1,5 +1,5 @@
 // The model's weights on the GPU, uploaded once and kept 4-bit (8-bit router),
-// the GEMVs' matrices in the tile layout (kernels.h), with the load-time
+// the GEMVs' matrices in the tile layout (layout.h), with the load-time
 // stacking the decode kernels want: GDN [qkv; z; b; a],
 // attention [q; k; v], router [gate; shared_expert_gate], and the shared
 // expert appended to the expert stacks as expert n_experts. Built from a
@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/layout.h"
 #include "checkpoint/weights.h"
 
 namespace tern::cuda {
@@ -49,7 +49,7 @@ class DeviceWeights {
   DMat alloc_mat(int rows, int cols, int bits);
   float* alloc_vec(size_t n);
   // Moves m (MLX layout, tileable) into the tile layout the tensor-core GEMVs
-  // read (kernels.h); pair as for to_tiles.
+  // read (layout.h); pair as for to_tiles.
   void to_tile_layout(DMat& m, int pair);
   // Every matrix the tensor-core paths read, into the tile layout.
   void tile_matrices();

@@ -7,7 +7,7 @@
 // contiguous bytes a row). Both dot products come from the old column in one
 // pass (o = a*S^T q + (k.q) u). The gated norm is the out_proj GEMV's staging.
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/gdn.h"
 #include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {

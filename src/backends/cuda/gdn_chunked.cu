@@ -25,7 +25,8 @@
 // Q~ S. The operands are rounded to tf32 (10 explicit mantissa bits; the fp16
 // ones convert exactly); every sum is fp32.
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/gdn_prefill.h"
+#include "backends/cuda/layout.h"
 
 namespace tern::cuda {
 

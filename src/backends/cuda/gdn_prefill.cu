@@ -17,7 +17,9 @@
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/gdn_prefill.h"
+#include "backends/cuda/host_state.h"
+#include "backends/cuda/layout.h"
 
 namespace tern::cuda {
 

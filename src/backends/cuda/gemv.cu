@@ -5,6 +5,8 @@
 // logits), and the GDN causal conv + SiLU + conv-state update (rows < channels).
 #include <algorithm>
 
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/host_state.h"
 #include "backends/cuda/qdot.cuh"
 #include "backends/cuda/tile_gemv.cuh"
 

@@ -1,13 +1,13 @@
 // Host-side state of the CUDA kernels' launchers: the device's SM count
 // (queried once; a failed query is an error, not a silent 0), the split
 // policy of launches too small to fill it, and the path
-// counters (kernels.h's KernelPath), touched once per launch.
+// counters (host_state.h's KernelPath), touched once per launch.
 #include <algorithm>
 #include <array>
 #include <atomic>
 
 #include "backends/cuda/check.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/host_state.h"
 
 namespace tern::cuda {
 

@@ -8,7 +8,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/misc.h"
 
 namespace tern::cuda {
 

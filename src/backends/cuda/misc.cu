@@ -2,8 +2,7 @@
 // arg-max token choice with the hand-off into the next step's input, and the
 // random fills behind --dummy weights and synthetic contexts.
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/misc.h"
 #include "core/rng.h"
 
 namespace tern::cuda {
@@ -110,7 +109,7 @@ __global__ void fill_f32_kernel(float* p, size_t n, float lo, float hi, uint64_t
     p[i] = lo + (hi - lo) * unit(seed, i);
 }
 
-// Thread per 16-byte piece of the tile layout (kernels.h): pieces 0-31 of a
+// Thread per 16-byte piece of the tile layout (layout.h): pieces 0-31 of a
 // round are lanes' codes of rows g, 32-63 of rows g + 8, 64-71 the words.
 __global__ void to_tiles_kernel(DMat m, uint4* out, int pair, size_t pieces) {
   constexpr int kPieces = kTileRoundBytes / 16;

@@ -2,6 +2,8 @@
 // router launch: norm + 8-bit GEMV + top-k + renormalise) and gate/up/SwiGLU of
 // the routed and shared experts in one launch (two where the shapes do not
 // allow), and down + routing weights + shared gate + residual add in one launch.
+#include "backends/cuda/host_state.h"
+#include "backends/cuda/moe.h"
 #include "backends/cuda/pick.cuh"
 #include "backends/cuda/qdot.cuh"
 #include "backends/cuda/tile_gemv.cuh"

@@ -14,8 +14,9 @@
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/host_state.h"
+#include "backends/cuda/moe_prefill.h"
 #include "backends/cuda/pick.cuh"
-#include "backends/cuda/prefill_kernels.h"
 #include "backends/cuda/prefill_mma.cuh"
 
 namespace tern::cuda {

@@ -1,18 +1,26 @@
 // CudaBackend's prompt processing: forward() and prefill() cut the tokens into
 // chunks (at most PrefillOptions::chunk tokens, and at the caller's cuts) and
-// run each through the prefill kernels (prefill_kernels.h), layer by layer,
-// with no host synchronisation inside the chunk: the routing's sizes stay on
-// the device (the grouped GEMMs launch the upper bound of tiles). The KV
-// cache, the recurrent and conv state and the position carry over chunks and
-// calls exactly as the decode step leaves them, so generate() continues from
-// the sequence as it is (its first step feeds the prompt's last token).
+// run each through the prefill kernels (prefill_act.h, prefill_gemm.h,
+// moe_prefill.h, gdn_prefill.h, attn_prefill.h), layer by layer, with no host
+// synchronisation inside the chunk: the routing's sizes stay on the device
+// (the grouped GEMMs launch the upper bound of tiles). The KV cache, the
+// recurrent and conv state and the position carry over chunks and calls
+// exactly as the decode step leaves them, so generate() continues from the
+// sequence as it is (its first step feeds the prompt's last token).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <type_traits>
 
+#include "backends/cuda/attn_prefill.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/gdn_prefill.h"
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/misc.h"
+#include "backends/cuda/moe_prefill.h"
+#include "backends/cuda/prefill_act.h"
 #include "backends/cuda/prefill_buffers.h"
+#include "backends/cuda/prefill_gemm.h"
 #include "core/error.h"
 
 namespace tern::cuda {

@@ -1,10 +1,11 @@
-// Staging of the prefill GEMMs' inputs (prefill_kernels.h): one block a row
+// Staging of the prefill GEMMs' inputs (prefill_act.h): one block a row
 // of x ([T][K] fp32, K <= 4096), 8 columns a thread at a time. The row is
 // prepared (RMSNorm, the GDN gated norm or the attention output gate, in the
 // CPU's order of operations), its largest |value| sets a power-of-two factor
 // that puts it in [2^14, 2^15), and it is written as fp16 in the staged order
 // (staged_col), with the factor's inverse in xscale.
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/layout.h"
+#include "backends/cuda/prefill_act.h"
 #include "backends/cuda/prefill_mma.cuh"
 
 namespace tern::cuda {

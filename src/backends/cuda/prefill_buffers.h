@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/gdn_prefill.h"
+#include "backends/cuda/moe_prefill.h"
 
 namespace tern::cuda {
 

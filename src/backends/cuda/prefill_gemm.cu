@@ -1,12 +1,12 @@
 // The prefill's 4-bit GEMM: y = x . W^T for a chunk of staged activation rows
-// (prefill_kernels.h), dense or grouped by expert, on Hopper's warpgroup mma
+// (prefill_act.h), dense or grouped by expert, on Hopper's warpgroup mma
 // (wgmma.cuh). Shapes: W [rows][K] 4-bit (K a multiple of 64), x [slots][K] fp16
 // staged; a block computes BM = 128 or 256 weight rows (8 or 16 tiles of 16)
 // by BN = 16, 32, 64 or 128 slots and walks K a round (128 columns) at a time
 // through a ring of 4 shared-memory stages filled by cp.async, three ahead.
 //
 // Weights (A, from registers): each stage holds the round's BM / 16 tile
-// images (kernels.h's tile layout, 1,152 bytes each: lane (g, t)'s 16 bytes of
+// images (layout.h's tile layout, 1,152 bytes each: lane (g, t)'s 16 bytes of
 // codes of rows g and g + 8, then the 16 rows' scale|bias words). Matrices in
 // the tile layout are copied as they are; MLX-layout matrices (shapes with no
 // tile layout, e.g. K % 128 == 64) are gathered into the same image, so one
@@ -25,7 +25,9 @@
 // routing weight.
 #include <algorithm>
 
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/host_state.h"
+#include "backends/cuda/prefill_act.h"
+#include "backends/cuda/prefill_gemm.h"
 #include "backends/cuda/prefill_mma.cuh"
 #include "backends/cuda/wgmma.cuh"
 

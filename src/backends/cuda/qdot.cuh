@@ -14,7 +14,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/layout.h"
 
 namespace tern::cuda {
 

@@ -18,7 +18,7 @@
 #include <climits>
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/sample.h"
 
 namespace tern::cuda {
 

@@ -2,7 +2,7 @@
 // experts (tile_mma.cuh has the per-round arithmetic). One block per SM owns a
 // contiguous range of 16-row tiles and walks it in batches of TB tiles, its 16
 // warps splitting the rounds (128 columns each, RPW per warp). The tiles (the
-// tile layout, kernels.h) come into a ring of shared-memory stages by bulk
+// tile layout, layout.h) come into a ring of shared-memory stages by bulk
 // copies (the TMA engine; a lane a copy): the first kFirstCopies before
 // waiting for the previous kernel when the job's rows do not depend on it, the
 // rest after staging; each tile is dotted as it lands, and a stage is refilled
@@ -47,6 +47,8 @@
 
 #include <algorithm>
 
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/host_state.h"
 #include "backends/cuda/tile_mma.cuh"
 #include "backends/cuda/trace.cuh"
 

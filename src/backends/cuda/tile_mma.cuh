@@ -1,7 +1,7 @@
 // 4-bit GEMV on integer tensor cores: a warp computes 16 rows at a time with
 // mma.sync m16n8k32 (u8 weights x s8 activations, exact int32 sums), the
 // weights as the A operand and the activation as B, from the tile layout
-// (kernels.h) in shared memory.
+// (layout.h) in shared memory.
 //
 // Lane l (g = l/4, t = l%4) reads 16 bytes (32 codes) of rows g and g+8 at
 // chunk 4r + t of round r (a round is 128 columns). A word's 8 codes become
@@ -18,7 +18,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/layout.h"
 
 namespace tern::cuda::tile {
 
@@ -46,7 +46,7 @@ struct Load {
 };
 
 // A tile's image in shared memory (a ring stage, filled by bulk copies of
-// the tile layout, kernels.h): `cols` columns of 16 rows, which may come from
+// the tile layout, layout.h): `cols` columns of 16 rows, which may come from
 // several matrices' tiles one after another (the experts' down: a slot each).
 struct TileImage {
   int cols;

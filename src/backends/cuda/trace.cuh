@@ -5,7 +5,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/trace.h"
 
 namespace tern::cuda {
 

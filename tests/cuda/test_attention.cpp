@@ -1,65 +1,22 @@
-// The Gated DeltaNet step and attention decode kernels against their CPU
-// twins (model::delta_rule_recurrent + q/k norms + gates; model::apply_rope, RMSNorm
-// and softmax attention over a bf16 cache), on fresh random inputs. (The
-// gated RMSNorm after the step is the out_proj GEMV's, tested with the GEMVs.)
+// The attention decode kernels (attention.cu) against their CPU twins
+// (model::apply_rope, RMSNorm and softmax attention over a bf16 cache), on
+// fresh random inputs; the KV cache's chunked layout (layout.h); the prep's
+// rotation at long context.
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cuda/attention.h"
+#include "checkpoint/config.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
 #include "model/attention.h"
-#include "model/gdn.h"
 #include "model/ops.h"
 #include "model/rope.h"
 
 namespace tern::test {
 namespace {
 
-class GdnStep : public ::testing::TestWithParam<std::pair<int, int>> {};
-
-TEST_P(GdnStep, MatchesCpuRecurrence) {
-  TERN_REQUIRE_GPU();
-  const auto [Hk, Hv] = GetParam();
-  constexpr int d = 128;
-  std::mt19937 g(uint32_t(Hk * 31 + Hv));
-  const int key_dim = Hk * d, C = 2 * key_dim + Hv * d;
-  std::vector<float> a_log(static_cast<size_t>(Hv)), dt(static_cast<size_t>(Hv));
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int n = 0; n < Hv; ++n)
-    a_log[size_t(n)] = std::log(1.0f + 15.0f * u(g)), dt[size_t(n)] = 2 * u(g) - 1;
-  auto S = randn(size_t(Hv) * d * d, g, 0.1f);
-  auto dal = to_dev(a_log), ddt = to_dev(dt), dS = to_dev(S),
-       dy = to_dev(std::vector<float>(size_t(Hv * d)));
-
-  // Two steps on fresh inputs, the state carried over.
-  for (int step = 0; step < 2; ++step) {
-    const auto conv = randn(size_t(C), g), b = randn(size_t(Hv), g), a = randn(size_t(Hv), g);
-    auto dconv = to_dev(conv), db = to_dev(b), da = to_dev(a);
-    cuda::GdnStepArgs args{dconv.get(), db.get(), da.get(), dal.get(), ddt.get(),
-                           dS.get(),    dy.get(), Hk,       Hv};
-    ASSERT_EQ(cuda::gdn_step(args, nullptr), cudaSuccess);
-
-    std::vector<float> y(size_t(Hv * d));
-    for (int n = 0; n < Hv; ++n) {
-      const int m = n / (Hv / Hk);
-      std::vector<float> q(&conv[size_t(m * d)], &conv[size_t(m * d + d)]);
-      std::vector<float> k(&conv[size_t(key_dim + m * d)], &conv[size_t(key_dim + m * d + d)]);
-      const float* v = &conv[size_t(2 * key_dim + n * d)];
-      model::l2_normalize(q.data(), d, 1.0f / std::sqrt(float(d)));
-      model::l2_normalize(k.data(), d, 1.0f);
-      const float beta = model::sigmoid(b[size_t(n)]);
-      const float gg = -std::exp(a_log[size_t(n)]) * model::softplus(a[size_t(n)] + dt[size_t(n)]);
-      model::delta_rule_recurrent(q.data(), k.data(), v, &gg, &beta, 1, d, d, &S[size_t(n) * d * d],
-                                  &y[size_t(n * d)]);
-    }
-    EXPECT_LE(max_diff(to_host(dy.get(), y.size()), y), 1e-5f * max_abs(y)) << "step " << step;
-    EXPECT_LE(max_diff(to_host(dS.get(), S.size()), S), 1e-5f * max_abs(S)) << "step " << step;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Heads, GdnStep, ::testing::Values(std::pair{2, 4}, std::pair{16, 32}));
-
-// The KV cache's chunk layout (kernels.h) of row-major bf16 [rows][256], rows
+// The KV cache's chunk layout (layout.h) of row-major bf16 [rows][256], rows
 // a multiple of 16.
 std::vector<uint16_t> to_chunks(const std::vector<uint16_t>& rows, bool v) {
   constexpr int hd = 256, piece = 8;
@@ -174,6 +131,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
                                            AttnCase{16, 2, 16}, AttnCase{16, 2, 300},
                                            AttnCase{16, 2, 5000}, AttnCase{16, 2, 70000},
                                            AttnCase{16, 2, 131071}, AttnCase{16, 2, 262143}));
+
+// The prep's rotation at long context: cos and sin of the CPU's fp32 angle
+// pos * inv_freq[i] (model/rope.h's table), against the same angle's cos and
+// sin in double precision. sincosf is within 2 ulp over any argument; a
+// different inv_freq (one ulp at 262,143) would turn the angle by up to ~0.03.
+TEST(CudaRope, RotationAtLongContextMatchesDoublePrecision) {
+  TERN_REQUIRE_GPU();
+  const ModelConfig c = parse_config(preset_config("35b-a3b"), "35b");
+  const std::vector<float> f = rope_inv_freqs(c.rope_theta, c.rotary_dim);
+  auto dinv = to_dev(f);
+  auto dcs = to_dev(std::vector<float>(f.size())), dsn = to_dev(std::vector<float>(f.size()));
+  for (int pos : {0, 1, 70000, 131071, 262143}) {
+    ASSERT_EQ(cuda::rotation_table(dinv.get(), c.rotary_dim, pos, dcs.get(), dsn.get(), nullptr),
+              cudaSuccess);
+    const auto cs = to_host(dcs.get(), f.size()), sn = to_host(dsn.get(), f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+      const double angle = double(float(pos) * f[i]);  // the fp32 angle, exactly
+      EXPECT_NEAR(cs[i], std::cos(angle), 3e-7) << "pos " << pos << " i " << i;
+      EXPECT_NEAR(sn[i], std::sin(angle), 3e-7) << "pos " << pos << " i " << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace tern::test

@@ -1,150 +1,23 @@
-// The prefill's staging, 4-bit GEMM and MoE kernels (prefill_kernels.h)
-// against their CPU twins on fresh random inputs, outputs poisoned first: the
-// staging modes (model::rms_norm, the gated norm, the attention gate), the GEMM
-// in both weight layouts, both tile widths and every epilogue at real and odd
-// sizes, and the MoE's routing, grouped gate/up + down and combine (1 row, 1
-// row an expert, an expert with every row).
-//
-// Bounds: the GEMM multiplies fp16 weights (s q + b rounded once) by fp16
-// activations (each row scaled into [2^14, 2^15) first), both within 2^-11
-// relative of their fp32 values, with fp32 sums: the error of a K-term dot
-// product is a random walk of those roundings, ~2e-4 of the sums' RMS at
-// these sizes, so 1e-3 of the largest reference value holds with margin.
+// The prefill's MoE (moe_prefill.cu: router logits, routing, combine; the
+// grouped GEMMs between them, prefill_gemm.cu) against their CPU twins on
+// fresh random inputs, outputs poisoned first: the router GEMM against the
+// exact sum, and the routing, grouped gate/up + down and combine (1 row, 1
+// row an expert, an expert with every row) against model::route_token and
+// the experts' rows. The GEMMs' bounds are test_prefill_gemm.cpp's.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 
-#include "backends/cuda/prefill_kernels.h"
+#include "backends/cuda/moe_prefill.h"
+#include "backends/cuda/prefill_gemm.h"
 #include "core/bf16.h"
 #include "gpu_test_util.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "staged_rows.h"
 
 namespace tern::test {
 namespace {
-
-constexpr float kStagedBound = 1.0f / 2048.0f;  // fp16's half ulp over [2^14, 2^15)
-
-// Row t of a staged matrix back in column order, times its scale.
-std::vector<float> unstage(const std::vector<uint16_t>& s, const std::vector<float>& xs, int T,
-                           int K) {
-  std::vector<float> x(size_t(T) * K);
-  for (int t = 0; t < T; ++t)
-    for (int k = 0; k < K; ++k)
-      x[size_t(t) * K + k] = f16_to_f32(s[size_t(t) * K + cuda::staged_col(k, K)]) * xs[size_t(t)];
-  return x;
-}
-
-// Stages x ([T][K]) as it is on the device; returns the staged buffer and scales.
-struct Staged {
-  DevPtr<uint16_t> x;
-  DevPtr<float> scale;
-};
-Staged stage_plain(const std::vector<float>& x, int T, int K) {
-  auto dx = to_dev(x);
-  Staged s{to_dev(std::vector<uint16_t>(size_t(T) * K, 0xFFFF)),
-           to_dev(std::vector<float>(size_t(T), NAN))};
-  EXPECT_EQ(
-      cuda::stage_rows({.x = dx.get(), .T = T, .K = K, .out = s.x.get(), .xscale = s.scale.get()},
-                       nullptr),
-      cudaSuccess);
-  return s;
-}
-
-class PrefillStage : public ::testing::TestWithParam<std::pair<cuda::StageMode, int>> {};
-
-TEST_P(PrefillStage, MatchesTheCpu) {
-  TERN_REQUIRE_GPU();
-  const auto [mode, K] = GetParam();
-  constexpr int T = 4;
-  std::mt19937 g(uint32_t(K) + uint32_t(mode));
-  auto x = randn(size_t(T) * K, g);
-  const float row_sd[T] = {1e-3f, 1.0f, 37.0f, 3e4f};  // tiny to past fp16's range
-  for (int t = 0; t < T; ++t)
-    for (int k = 0; k < K; ++k) x[size_t(t) * K + k] *= row_sd[t];
-  const int nw = mode == cuda::StageMode::gated ? 128 : K;
-  auto w = randn(size_t(nw), g, 0.3f);
-  for (float& v : w) v += 1.0f;
-  const int gate_ld = mode == cuda::StageMode::gate ? 2 * K : K + 17;
-  auto gate = randn(size_t(T) * gate_ld, g, 2.0f);
-  std::vector<float> y(x.size());
-  for (int t = 0; t < T; ++t) {
-    const float* xt = &x[size_t(t) * K];
-    float* yt = &y[size_t(t) * K];
-    const float* gt = &gate[size_t(t) * gate_ld];
-    switch (mode) {
-      case cuda::StageMode::plain:
-        std::copy(xt, xt + K, yt);
-        break;
-      case cuda::StageMode::norm:
-        model::rms_norm(xt, w.data(), K, 1e-6f, yt);
-        break;
-      case cuda::StageMode::gated:
-        for (int h = 0; h < K / 128; ++h) {
-          model::rms_norm(xt + 128 * h, w.data(), 128, 1e-6f, yt + 128 * h);
-          for (int i = 0; i < 128; ++i) yt[128 * h + i] *= model::silu(gt[128 * h + i]);
-        }
-        break;
-      case cuda::StageMode::gate:
-        for (int k = 0; k < K; ++k)
-          yt[k] = xt[k] * model::sigmoid(gt[(k / 256) * 512 + 256 + k % 256]);
-        break;
-    }
-  }
-  auto dx = to_dev(x), dw = to_dev(w), dg = to_dev(gate);
-  auto out = to_dev(std::vector<uint16_t>(x.size(), 0xFFFF));
-  auto xs = to_dev(std::vector<float>(size_t(T), NAN)),
-       o32 = to_dev(std::vector<float>(x.size(), NAN));
-  ASSERT_EQ(cuda::stage_rows({.x = dx.get(),
-                              .T = T,
-                              .K = K,
-                              .mode = mode,
-                              .norm = dw.get(),
-                              .gate = dg.get(),
-                              .gate_ld = gate_ld,
-                              .out = out.get(),
-                              .xscale = xs.get(),
-                              .out32 = o32.get()},
-                             nullptr),
-            cudaSuccess);
-  const auto hs = to_host(out.get(), x.size());
-  const auto hx = to_host(xs.get(), size_t(T));
-  const auto back = unstage(hs, hx, T, K), h32 = to_host(o32.get(), x.size());
-  for (int t = 0; t < T; ++t) {
-    const std::vector<float> ref(&y[size_t(t) * K], &y[size_t(t) * K + K]);
-    const std::vector<float> got(&back[size_t(t) * K], &back[size_t(t) * K + K]);
-    const std::vector<float> g32(&h32[size_t(t) * K], &h32[size_t(t) * K + K]);
-    const float mx = max_abs(ref);
-    int ex = 0;
-    EXPECT_EQ(std::frexp(hx[size_t(t)], &ex), 0.5f) << "row " << t << ": not a power of two";
-    float smax = 0;
-    for (int k = 0; k < K; ++k) smax = std::max(smax, std::abs(f16_to_f32(hs[size_t(t) * K + k])));
-    EXPECT_GE(smax, 16384.0f) << "row " << t;
-    EXPECT_LE(smax, 32768.0f) << "row " << t;  // may round up to 2^15
-    EXPECT_LE(max_diff(got, ref), kStagedBound * mx + 2e-5f * mx) << "row " << t;
-    EXPECT_LE(max_diff(g32, ref), 2e-5f * mx) << "row " << t;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, PrefillStage,
-                         ::testing::Values(std::pair{cuda::StageMode::plain, 64},
-                                           std::pair{cuda::StageMode::norm, 2048},
-                                           std::pair{cuda::StageMode::norm, 192},
-                                           std::pair{cuda::StageMode::gated, 4096},
-                                           std::pair{cuda::StageMode::gated, 512},
-                                           std::pair{cuda::StageMode::gate, 4096},
-                                           std::pair{cuda::StageMode::gate, 1024}));
-
-struct GemmCase {
-  int rows, K, n;
-  bool tiles;
-  int bn, bm;
-  cuda::GemmOut out;
-  bool split = false;  // a work area: few blocks split K
-};
-
-class PrefillGemm : public ::testing::TestWithParam<GemmCase> {};
 
 // The router GEMM (8-bit weights, bf16-split tensor-core sums) against the
 // exact sum of x (s q + b) in double: within 1e-5 of sum |x| (|s| |q - 128| +
@@ -194,76 +67,6 @@ TEST(PrefillRouter, MatchesTheExactSum) {
     }
   }
 }
-
-TEST_P(PrefillGemm, MatchesCpuMatmul) {
-  TERN_REQUIRE_GPU();
-  const GemmCase p = GetParam();
-  std::mt19937 g(uint32_t(p.rows * 7 + p.K + p.n * 13 + p.bn));
-  TestMat M(p.rows, p.K, 4, g, 0.05f);
-  if (p.tiles) {
-    M.tile();
-    ASSERT_NE(M.dev.tiles, nullptr);
-  }
-  const auto x = randn(size_t(p.n) * p.K, g);
-  std::vector<float> ref(size_t(p.n) * p.rows);
-  model::matmul(M.host, x.data(), p.n, ref.data());
-  const auto y0 = randn(ref.size(), g), wts = randn(size_t(p.n), g);
-  auto want = ref;
-  for (int t = 0; t < p.n; ++t)
-    for (int r = 0; r < p.rows; ++r) {
-      float& v = want[size_t(t) * p.rows + r];
-      if (p.out == cuda::GemmOut::add) v += y0[size_t(t) * p.rows + r];
-      if (p.out == cuda::GemmOut::weighted) v *= wts[size_t(t)];
-    }
-  Staged s = stage_plain(x, p.n, p.K);
-  auto y = to_dev(p.out == cuda::GemmOut::add ? y0 : std::vector<float>(ref.size(), NAN));
-  auto y16 = to_dev(std::vector<uint16_t>(ref.size(), 0x7E00));  // fp16 NaN
-  auto dw = to_dev(wts);
-  cuda::GemmArgs a;
-  a.W = M.dev, a.group_rows = p.rows, a.x = s.x.get(), a.xscale = s.scale.get(), a.n = p.n;
-  a.out = p.out, a.y = y.get(), a.y16 = y16.get(), a.ldy = p.rows, a.row_w = dw.get();
-  a.bn = p.bn, a.bm = p.bm;
-  auto work = to_dev(std::vector<float>(p.split ? cuda::gemm_work_floats() : 1, NAN));
-  if (p.split) a.work = work.get(), a.work_floats = cuda::gemm_work_floats();
-  ASSERT_EQ(cuda::prefill_gemm(a, nullptr), cudaSuccess);
-  // weighted: fp16 outputs, which add at most 2^-11 of a value to the error,
-  // so the bounds are against the weighted values.
-  const bool half = p.out == cuda::GemmOut::weighted;
-  std::vector<float> got = to_host(y.get(), ref.size());
-  if (half) {
-    const auto h = to_host(y16.get(), ref.size());
-    for (size_t i = 0; i < h.size(); ++i) got[i] = f16_to_f32(h[i]);
-  }
-  const std::vector<float>& scale = half ? want : ref;
-  EXPECT_LE(max_diff(got, want), (half ? 1.5e-3f : 1e-3f) * max_abs(scale));
-  double e2 = 0, r2 = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    e2 += double(got[i] - want[i]) * (got[i] - want[i]), r2 += double(scale[i]) * scale[i];
-  EXPECT_LE(std::sqrt(e2 / r2), 1e-3) << "relative RMS error";
-}
-
-using O = cuda::GemmOut;
-INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGemm,
-                         ::testing::Values(GemmCase{272, 2048, 1, true, 128, 256, O::store},
-                                           GemmCase{272, 2048, 77, true, 64, 128, O::store},
-                                           GemmCase{1040, 2048, 200, true, 128, 256, O::add},
-                                           GemmCase{1040, 2048, 200, true, 128, 128, O::add},
-                                           GemmCase{300, 2048, 90, true, 64, 256, O::store},
-                                           GemmCase{128, 4096, 130, true, 128, 256, O::weighted},
-                                           GemmCase{40, 192, 33, false, 64, 256, O::store},
-                                           GemmCase{100, 64, 129, false, 128, 128, O::add},
-                                           GemmCase{48, 128, 5, true, 64, 256, O::store},
-                                           GemmCase{1040, 2048, 7, true, 16, 256, O::add},
-                                           GemmCase{272, 2048, 45, true, 16, 128, O::store},
-                                           GemmCase{300, 2048, 70, true, 32, 256, O::weighted},
-                                           GemmCase{40, 192, 33, false, 16, 256, O::store},
-                                           GemmCase{100, 64, 29, false, 32, 128, O::add},
-                                           GemmCase{2048, 4096, 32, true, 32, 256, O::add, true},
-                                           GemmCase{272, 2048, 1, true, 16, 256, O::store, true},
-                                           GemmCase{1040, 2048, 7, true, 16, 256, O::add, true},
-                                           GemmCase{200, 1024, 17, false, 16, 128, O::store, true},
-                                           GemmCase{300, 2048, 90, true, 64, 256, O::store, true},
-                                           GemmCase{100, 64, 29, false, 32, 128, O::add, true}));
 
 // The MoE of T tokens from given router logits in `parts` partial sums
 // ([parts][T][E + 1], as router_logits writes them): route_tokens, the grouped
