@@ -63,9 +63,13 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
   auto s = gpu.new_sequence();
   std::vector<float> logits;
   gpu.forward(*s, prompt, Logits::last, logits);
-  std::vector<int32_t> got = {argmax(logits)};
-  const auto rest = gpu.generate_greedy(*s, got[0], kN - 1);
-  got.insert(got.end(), rest.begin(), rest.end());
+  const int32_t first = argmax(logits);
+  std::vector<int32_t> got = {first};
+  gpu.start_sampling(*s, SamplingParams{}, std::span(&first, 1));
+  gpu.generate(*s, first, kN - 1, [&](int32_t id) {
+    got.push_back(id);
+    return true;
+  });
   EXPECT_EQ(got, want);
 }
 

@@ -1,6 +1,7 @@
 // The CUDA prefill end to end (prefill.cpp): one prompt at real widths ("mid"
-// preset) prefilled at once, in chunks with cuts, token by token (the decode
-// step graph) and with the GDN scan instead of the chunked form, each against
+// preset) prefilled at once, in chunks and calls cut as the engine's prefill
+// stops cut them, token by token (the decode step graph), with the GDN scan
+// instead of the chunked form and with other tiles, each against
 // the CPU and against each other; greedy decoding after a long prefill equal
 // to the CPU's; chunk temporaries reused.
 //
@@ -49,15 +50,20 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
     cpu.forward(*s, std::span(prompt).first(20), Logits::last, want);  // a cached prefix
     cpu.forward(*s, std::span(prompt).subspan(20), Logits::last, want);
   }
-  auto run = [&](const cuda::PrefillOptions& o, std::vector<int64_t> cuts) {
+  // The prompt by options o in forward() calls that end at each of `stops`
+  // (as the engine's prefill stops cut it), after the cached prefix.
+  auto run = [&](const cuda::PrefillOptions& o, std::vector<int64_t> stops) {
     gpu.set_prefill_options(o);
     auto s = gpu.new_sequence();
     std::vector<float> logits;
-    gpu.forward(*s, std::span(prompt).first(20), Logits::last, logits);
-    std::vector<int64_t> seen;
-    gpu.prefill(*s, std::span(prompt).subspan(20), Logits::last, logits, cuts,
-                [&](int64_t at) { seen.push_back(at); });
-    EXPECT_EQ(seen, cuts);
+    stops.insert(stops.begin(), 20);
+    stops.push_back(int64_t(prompt.size()));
+    int64_t at = 0;
+    for (const int64_t stop : stops) {
+      gpu.forward(*s, std::span(prompt).subspan(size_t(at), size_t(stop - at)), Logits::last,
+                  logits);
+      at = stop;
+    }
     EXPECT_EQ(s->length(), int64_t(prompt.size()));
     return logits;
   };
@@ -66,7 +72,7 @@ TEST(CudaPrefill, AtOnceInChunksAndTokenByTokenMatchTheCpu) {
   EXPECT_EQ(argmax(at_once), argmax(want));
   cuda::PrefillOptions chunks;
   chunks.chunk = 64;
-  expect_close(run(chunks, {100, 250}), want, "chunks of 64, cut at 100 and 250");
+  expect_close(run(chunks, {100, 250}), want, "chunks of 64, calls ending at 100 and 250");
   cuda::PrefillOptions scan;
   scan.chunked_from = 1 << 30;
   expect_close(run(scan, {}), want, "GDN scan");
@@ -125,7 +131,7 @@ TEST(CudaPrefill, AllLogitsMatchTheCpu) {
   expect_close(got, want, "all logits, chunks of 250");
 }
 
-TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadCuts) {
+TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadOptions) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
   cuda::CudaBackend gpu(w);
@@ -136,10 +142,6 @@ TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadCuts) {
   const size_t used = cuda::device_memory_used();
   gpu.forward(*b, prompt, Logits::last, logits);  // same chunk: nothing new
   EXPECT_EQ(cuda::device_memory_used(), used);
-  auto c = gpu.new_sequence();
-  EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{0}), Error);
-  EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{9, 9}), Error);
-  EXPECT_THROW(gpu.prefill(*c, prompt, Logits::last, logits, std::vector<int64_t>{501}), Error);
   EXPECT_THROW(gpu.set_prefill_options({.chunk = 0}), Error);
   EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 40}), Error);
   EXPECT_THROW(gpu.set_prefill_options({.dense_bn = 96}), Error);  // MoE tiles only

@@ -336,11 +336,6 @@ void CudaBackend::run_step(CudaSequence& s, StepChoice choice) {
   s.length_ += 1;
 }
 
-void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
-                          std::vector<float>& logits) {
-  prefill(seq, tokens, which, logits);
-}
-
 // The decode step graph token by token (calls of fewer than step_below tokens).
 void CudaBackend::forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
                                 std::vector<float>& logits) {
@@ -462,16 +457,6 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
     if (con) finish(i + 1);
   }
   check(cudaStreamSynchronize(stream_), "generate");
-}
-
-std::vector<int32_t> CudaBackend::generate_greedy(Sequence& seq, int32_t first, int n) {
-  std::vector<int32_t> ids;
-  start_sampling(seq, SamplingParams{}, std::span(&first, 1));
-  generate(seq, first, n, [&](int32_t id) {
-    ids.push_back(id);
-    return true;
-  });
-  return ids;
 }
 
 int CudaBackend::step_kernels(Sequence& seq) {

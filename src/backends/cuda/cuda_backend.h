@@ -94,14 +94,10 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
 
   std::unique_ptr<Sequence> new_sequence() override;
+  // Calls of fewer than PrefillOptions::step_below tokens run the decode step
+  // token by token; longer ones run in chunks (prefill.cpp).
   void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                std::vector<float>& logits) override;
-  // forward() with cuts: the chunks also end after every position in `cuts`
-  // (counted from the sequence's start, ascending), and at_cut(position) runs
-  // there (the server saves the state: save(seq)). Logits as forward().
-  void prefill(Sequence& seq, std::span<const int32_t> tokens, Logits which,
-               std::vector<float>& logits, std::span<const int64_t> cuts = {},
-               const std::function<void(int64_t)>& at_cut = {});
   void set_prefill_options(const PrefillOptions& o);
   const PrefillOptions& prefill_options() const { return popt_; }
   int64_t prefill_chunk() const override { return popt_.chunk; }
@@ -124,8 +120,6 @@ class CudaBackend : public Backend {
   size_t sequence_bytes(const Sequence& seq) const override;
   // The stream every call's work is ordered on (for the tests).
   cudaStream_t stream() const { return stream_; }
-  // Greedy decoding of n tokens after `first`.
-  std::vector<int32_t> generate_greedy(Sequence& seq, int32_t first, int n);
   // Kernels in the step (captured on demand).
   int step_kernels(Sequence& seq);
   // For tern bench: makes room for n positions, fills the KV cache and state

@@ -1,8 +1,8 @@
-// CudaBackend's prompt processing: forward() and prefill() cut the tokens into
-// chunks (at most PrefillOptions::chunk tokens, and at the caller's cuts) and
-// run each through the prefill kernels (prefill_act.h, prefill_gemm.h,
-// moe_prefill.h, gdn_prefill.h, attn_prefill.h), layer by layer, with no host
-// synchronisation inside the chunk: the routing's sizes stay on the device
+// CudaBackend's prompt processing: forward() cuts the tokens into chunks (at
+// most PrefillOptions::chunk tokens) and runs each through the prefill kernels
+// (prefill_act.h, prefill_gemm.h, moe_prefill.h, gdn_prefill.h,
+// attn_prefill.h), layer by layer, with no host synchronisation inside the
+// chunk: the routing's sizes stay on the device
 // (the grouped GEMMs launch the upper bound of tiles). The KV cache, the
 // recurrent and conv state and the position carry over chunks and calls
 // exactly as the decode step leaves them, so generate() continues from the
@@ -155,19 +155,14 @@ CudaBackend::PrefillBuffers& CudaBackend::prefill_buffers(int T) {
   return *pf_;
 }
 
-void CudaBackend::prefill(Sequence& seq, std::span<const int32_t> tokens, Logits which,
-                          std::vector<float>& logits, std::span<const int64_t> cuts,
-                          const std::function<void(int64_t)>& at_cut) {
+void CudaBackend::forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
+                          std::vector<float>& logits) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const ModelConfig& c = w_->cfg;
   const int64_t n = int64_t(tokens.size()), start = s.length();
   check_tokens(s, tokens);
-  for (size_t i = 0; i < cuts.size(); ++i)
-    if (cuts[i] <= start || cuts[i] > start + n || (i > 0 && cuts[i] <= cuts[i - 1]))
-      fail("prefill cut at {} is not inside the {} new tokens after {}, ascending", cuts[i], n,
-           start);
   logits.resize(which == Logits::none ? 0 : size_t(which == Logits::all ? n : 1) * size_t(c.vocab));
-  if (n < popt_.step_below && cuts.empty()) return forward_steps(s, tokens, which, logits);
+  if (n < popt_.step_below) return forward_steps(s, tokens, which, logits);
 
   PrefillBuffers& b = prefill_buffers(int(std::min<int64_t>(n, popt_.chunk)));
   if (b.token_cap < n) {
@@ -184,21 +179,14 @@ void CudaBackend::prefill(Sequence& seq, std::span<const int32_t> tokens, Logits
                         stream_),
         "tokens");
   reserve(s, std::min<int64_t>(start + n + 1, c.max_positions));  // the call's KV cache at once
-  size_t next_cut = 0;
   for (int64_t done = 0; done < n;) {
-    int64_t T = std::min<int64_t>(popt_.chunk, n - done);
-    if (next_cut < cuts.size()) T = std::min(T, cuts[next_cut] - (start + done));
+    const int64_t T = std::min<int64_t>(popt_.chunk, n - done);
     float* dst = logits.data();
     if (which == Logits::all) dst += size_t(done) * size_t(c.vocab);
     const bool last = done + T == n;
     run_chunk(s, b.tokens + done, int(T), which == Logits::all ? Logits::all : Logits::last,
               which == Logits::all || (last && which == Logits::last) ? dst : nullptr);
     done += T;
-    if (next_cut < cuts.size() && start + done == cuts[next_cut]) {
-      ++next_cut;
-      set_position(s, start + done);  // syncs: the state is complete
-      if (at_cut) at_cut(start + done);
-    }
   }
   set_position(s, start + n);  // the decode step reads the position on the device; syncs
 }
