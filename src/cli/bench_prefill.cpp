@@ -18,6 +18,8 @@
 
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
+#include "backends/cuda/prefill.h"
 #endif
 
 namespace tern::cli {
@@ -82,9 +84,9 @@ nlohmann::json run_prefill_bench(cuda::CudaBackend& be, const PrefillBenchOption
                           {"device_memory_used_bytes", mem}};
     if (o.split) {
       cuda::PrefillProfile prof;
-      be.set_prefill_profile(&prof);
+      cuda::CudaBench(be).set_prefill_profile(&prof);
       const double total = time_prefill(be, L, 1, seed).front();
-      be.set_prefill_profile(nullptr);
+      cuda::CudaBench(be).set_prefill_profile(nullptr);
       const double phase_flops[] = {f.moe, f.dense, f.gdn, f.attention, 0.0};
       nlohmann::json split = nlohmann::json::object();
       std::printf("  split at %lld (%.1f ms profiled):", (long long)L, total * 1e3);

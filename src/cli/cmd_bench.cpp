@@ -36,6 +36,7 @@
 #include "core/thread_pool.h"
 #ifdef TERN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
 #endif
 
 namespace tern::cli {
@@ -264,7 +265,8 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   } else {
     be = std::make_unique<cuda::CudaBackend>(load_model(o.model, WeightMode::q4));
   }
-  be->leave_out({o.leave_out.begin(), o.leave_out.end()});
+  cuda::CudaBench bench(*be);
+  bench.leave_out({o.leave_out.begin(), o.leave_out.end()});
   cuda::PrefillOptions po;
   if (o.prefill_chunk > 0) po.chunk = o.prefill_chunk;
   if (o.chunked_from > 0) po.chunked_from = o.chunked_from;
@@ -285,14 +287,14 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   auto seq = be->new_sequence();
   const int64_t max_len =
       (l.decode.empty() ? 0 : *std::max_element(l.decode.begin(), l.decode.end())) + o.gen + 2;
-  be->reserve(dynamic_cast<cuda::CudaSequence&>(*seq), max_len);
+  bench.reserve(*seq, max_len);
   const SamplingParams sampling = o.sample ? chat_sampling(o.seed) : SamplingParams{};
   be->start_sampling(*seq, sampling, {});
   const std::string choice =
       o.sample ? "sampler (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition 1.1)"
                : "greedy (arg-max)";
 
-  const size_t weights = be->weights().active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
+  const size_t weights = bench.weights().active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
   const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 2;
   std::printf(
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
@@ -305,21 +307,21 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
   std::vector<PlotPoint> points;
   if (!l.decode.empty()) print_decode_header();
   for (int64_t L : l.decode) {
-    be->fill_synthetic(*seq, L, o.seed + uint64_t(L));
+    bench.fill_synthetic(*seq, L, o.seed + uint64_t(L));
     std::vector<double> secs;
     for (int r = 0; r < o.repeat; ++r) {
-      be->set_length(*seq, L);
-      secs.push_back(be->time_steps(*seq, o.gen));
+      bench.set_length(*seq, L);
+      secs.push_back(bench.time_steps(*seq, o.gen));
     }
     const double bytes =
         double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
     rows.push_back(decode_row(L, secs, o.gen, bytes, copy_bw, points));
     if (!o.trace.empty() && L == l.decode.front()) {
-      be->set_length(*seq, L);
-      write_trace(o.trace, be->trace_steps(*seq, 2));
+      bench.set_length(*seq, L);
+      write_trace(o.trace, bench.trace_steps(*seq, 2));
     }
   }
-  const int kernels = be->step_kernels(*seq);
+  const int kernels = bench.step_kernels(*seq);
   const double launch_us = cuda::launch_overhead(kernels) * 1e6;
   std::printf("launch overhead: %.1f us per step of %d empty kernels (%.2f us per kernel)\n",
               launch_us, kernels, launch_us / kernels);
@@ -342,7 +344,7 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
                       {"weight_bytes_per_token", weights},
                       {"gdn_state_bytes_per_token", gdn_state},
                       {"kv_bytes_per_position", kv_per_pos},
-                      {"weights_on_device_bytes", be->weights().total_bytes()},
+                      {"weights_on_device_bytes", bench.weights().total_bytes()},
                       {"device_memory_used_bytes", mem},
                       {"decode", rows}};
   if (!prefill.is_null()) j.update(prefill);

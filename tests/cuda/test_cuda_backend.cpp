@@ -10,6 +10,7 @@
 
 #include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
 #include "backends/cuda/device_weights.h"
 #include "backends/reference/reference_backend.h"
 #include "checkpoint/config.h"
@@ -74,8 +75,8 @@ TEST(CudaBackend, Greedy256EqualsCpu) {
 }
 
 // The KV cache starts at 4,096 positions and grows by copying the chunks in
-// use. Steps grow it at a whole chunk (4,096 positions), set_length (tern
-// bench's fill) anywhere: here at 4,090, the last chunk partial. The old rows
+// use. Steps grow it at a whole chunk (4,096 positions), CudaBench::set_length
+// (tern bench's fill) anywhere: here at 4,090, the last chunk partial. The old rows
 // survive bit for bit, and the logits on either side of the growth match the
 // CPU's.
 TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
@@ -120,8 +121,8 @@ TEST(CudaBackend, KvCacheGrowthKeepsTheContext) {
     if (from == 0) {
       ASSERT_EQ(cs.capacity, 4096);
       k0 = old_rows(cs.k[size_t(layer)], false), v0 = old_rows(cs.v[size_t(layer)], true);
-      gpu.set_length(*sg, 5000);  // grows the cache
-      gpu.set_length(*sg, kOld);
+      cuda::CudaBench(gpu).set_length(*sg, 5000);  // grows the cache
+      cuda::CudaBench(gpu).set_length(*sg, kOld);
     }
   }
   ASSERT_GT(cs.capacity, 4096);
@@ -183,10 +184,11 @@ TEST(CudaBackend, LeaveOutDropsKernelsAndRejectsUnknownNames) {
   TERN_REQUIRE_GPU();
   auto w = tiny_dummy_weights();
   cuda::CudaBackend full(w), part(w);
-  EXPECT_THROW(part.leave_out({"lm_head", "no_such_kernel"}), Error);
-  part.leave_out({"lm_head", "down"});
+  cuda::CudaBench full_bench(full), part_bench(part);
+  EXPECT_THROW(part_bench.leave_out({"lm_head", "no_such_kernel"}), Error);
+  part_bench.leave_out({"lm_head", "down"});
   auto a = full.new_sequence(), b = part.new_sequence();
-  EXPECT_EQ(full.step_kernels(*a) - part.step_kernels(*b), 1 + w->cfg.n_layers);
+  EXPECT_EQ(full_bench.step_kernels(*a) - part_bench.step_kernels(*b), 1 + w->cfg.n_layers);
 }
 
 std::vector<int32_t> generate_ids(Backend& be, Sequence& s, const std::vector<int32_t>& history,

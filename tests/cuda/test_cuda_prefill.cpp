@@ -16,6 +16,7 @@
 
 #include "backend/sampler.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
 #include "backends/reference/reference_backend.h"
 #include "core/error.h"
 #include "gpu_test_util.h"
@@ -142,10 +143,8 @@ TEST(CudaPrefill, ReusesItsTemporariesAndRefusesBadOptions) {
   const size_t used = cuda::device_memory_used();
   gpu.forward(*b, prompt, Logits::last, logits);  // same chunk: nothing new
   EXPECT_EQ(cuda::device_memory_used(), used);
+  // The backend checks its options (every case: test_prefill_tiles.cpp).
   EXPECT_THROW(gpu.set_prefill_options({.chunk = 0}), Error);
-  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 40}), Error);
-  EXPECT_THROW(gpu.set_prefill_options({.dense_bn = 96}), Error);  // MoE tiles only
-  EXPECT_THROW(gpu.set_prefill_options({.moe_bn = 96, .moe_bm = 256}), Error);
 }
 
 }  // namespace

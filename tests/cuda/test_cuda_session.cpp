@@ -10,6 +10,7 @@
 #include "backend/constraint.h"
 #include "backend_checks.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
 #include "backends/cuda/layout.h"
 #include "backends/reference/reference_backend.h"
 #include "gpu_test_util.h"
@@ -144,7 +145,7 @@ TEST(CudaSession, RestoreIsOrderedAfterTheStreamsEarlierWork) {
   const size_t nS = size_t(c.lin_v_heads) * cuda::kGdnDim * cuda::kGdnDim;
   for (float* S : cs.S) {
     if (S != nullptr) {
-      ASSERT_EQ(delay_fill(S, nS, NAN, 50'000'000, be.stream()), cudaSuccess);
+      ASSERT_EQ(delay_fill(S, nS, NAN, 50'000'000, cuda::CudaBench(be).stream()), cudaSuccess);
     }
   }
   be.restore(*s, *st);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backend/sampler.h"
+#include "backends/cuda/cuda_sequence.h"
 #include "backends/cuda/sample.h"
 #include "gpu_test_util.h"
 #include "sampling_cases.h"
@@ -17,11 +18,13 @@ namespace {
 
 constexpr int kRing = 16;
 
-// One device sampler: its inputs, scratch, [pos, token, step] and id ring.
+// One device sampler: its inputs, scratch, the step's scalars as a sequence
+// holds them and id ring.
 struct DeviceSampler {
   int n;
   DevPtr<float> logits;
-  DevPtr<int> counts, ints, out;
+  DevPtr<int> counts, out;
+  DevPtr<cuda::StepScalars> scalars;
   DevPtr<SampleRules> rules;
   DevPtr<uint8_t> scratch;
 
@@ -29,14 +32,15 @@ struct DeviceSampler {
       : n(vocab),
         logits(to_dev(std::vector<float>(size_t(vocab)))),
         counts(to_dev(std::vector<int>(size_t(vocab)))),
-        ints(to_dev(std::vector<int>(3, 0))),
         out(to_dev(std::vector<int>(kRing, -1))),
+        scalars(to_dev(std::vector<cuda::StepScalars>(1, cuda::StepScalars{}))),
         rules(to_dev(std::vector<SampleRules>(1))),
         scratch(to_dev(std::vector<uint8_t>(cuda::sample_scratch_bytes(vocab), 0))) {}
 
   cuda::SampleArgs args() const {
-    return {logits.get(),   n,         rules.get(), counts.get(),   scratch.get(),
-            ints.get() + 1, out.get(), kRing - 1,   ints.get() + 2, ints.get()};
+    cuda::StepScalars* d = scalars.get();
+    return {logits.get(), n,         rules.get(), counts.get(), scratch.get(),
+            &d->token,    out.get(), kRing - 1,   &d->step,     &d->pos};
   }
   void upload(const std::vector<float>& l, const std::vector<int32_t>& c, const SamplingParams& p,
               int step) {
@@ -44,7 +48,7 @@ struct DeviceSampler {
     ASSERT_EQ(cudaMemcpy(logits.get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice), 0);
     ASSERT_EQ(cudaMemcpy(counts.get(), c.data(), c.size() * 4, cudaMemcpyHostToDevice), 0);
     ASSERT_EQ(cudaMemcpy(rules.get(), &r, sizeof(r), cudaMemcpyHostToDevice), 0);
-    ASSERT_EQ(cudaMemcpy(ints.get() + 2, &step, 4, cudaMemcpyHostToDevice), 0);
+    ASSERT_EQ(cudaMemcpy(&scalars.get()->step, &step, 4, cudaMemcpyHostToDevice), 0);
   }
 };
 
@@ -53,15 +57,15 @@ void expect_choice(DeviceSampler& d, const SampleCase& c, const char* what, int 
   const auto counts = counts_of(c.history, c.logits.size());
   const int step = int(c.step);
   d.upload(c.logits, counts, c.p, step);
-  const auto pos0 = to_host(d.ints.get(), 1)[0];
+  const int pos0 = to_host(d.scalars.get(), 1)[0].pos;
   ASSERT_EQ(cuda::sample_advance(d.args(), nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const int32_t want = sample_token(c.logits, counts, c.p, c.step);
-  const auto ints = to_host(d.ints.get(), 3);
-  ASSERT_EQ(ints[1], want) << what << " case " << i << ": T " << c.p.temperature << " top_k "
-                           << c.p.top_k << " top_p " << c.p.top_p << " min_p " << c.p.min_p;
-  EXPECT_EQ(ints[0], pos0 + 1);
-  EXPECT_EQ(ints[2], step + 1);
+  const cuda::StepScalars got = to_host(d.scalars.get(), 1)[0];
+  ASSERT_EQ(got.token, want) << what << " case " << i << ": T " << c.p.temperature << " top_k "
+                             << c.p.top_k << " top_p " << c.p.top_p << " min_p " << c.p.min_p;
+  EXPECT_EQ(got.pos, pos0 + 1);
+  EXPECT_EQ(got.step, step + 1);
   EXPECT_EQ(to_host(d.out.get() + (step & (kRing - 1)), 1)[0], want);
   EXPECT_EQ(to_host(d.counts.get() + want, 1)[0], counts[size_t(want)] + 1);
 }
@@ -106,7 +110,7 @@ TEST(CudaSampler, TopKOneIsArgmax) {
         c.p.temperature = 1.0f;
       },
       [](const DeviceSampler& d, const SampleCase& c) {
-        EXPECT_EQ(to_host(d.ints.get() + 1, 1)[0], argmax(c.logits));
+        EXPECT_EQ(to_host(d.scalars.get(), 1)[0].token, argmax(c.logits));
       });
 }
 
@@ -160,7 +164,7 @@ TEST(CudaSampler, GraphReplaysFollowTheCpuSampler) {
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     const int32_t want = cpu.next(c.logits);
-    ASSERT_EQ(to_host(d.ints.get() + 1, 1)[0], want) << "step " << i;
+    ASSERT_EQ(to_host(d.scalars.get(), 1)[0].token, want) << "step " << i;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "backends/cuda/check.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_bench.h"
 #include "backends/cuda/misc.h"
 
 namespace tern::cuda {

@@ -1,18 +1,19 @@
-// The prefill's device temporaries (prefill.cpp), sized for the largest chunk
-// so far and reused by every chunk and call: peak memory grows with the KV
-// cache only. Shapes for a chunk of T tokens, A = T (top_k + 1) MoE slots.
+// The prefill's device temporaries (Prefill::buffers, prefill_buffers.cpp),
+// sized for the largest chunk so far and reused by every chunk and call: peak
+// memory grows with the KV cache only. Shapes for a chunk of T tokens, A =
+// T (top_k + 1) MoE slots.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gdn_prefill.h"
 #include "backends/cuda/moe_prefill.h"
+#include "backends/cuda/prefill.h"
 
 namespace tern::cuda {
 
-struct CudaBackend::PrefillBuffers {
+struct Prefill::Buffers {
   int T = 0;                // tokens a chunk they hold
   int tile_cap = 0;         // MoE tile-map entries
   std::vector<void*> ptrs;  // everything, freed at the end
@@ -42,7 +43,7 @@ struct CudaBackend::PrefillBuffers {
   int64_t token_cap = 0;
 
   static constexpr int kLogitRows = 256;
-  ~PrefillBuffers();
+  ~Buffers();
 };
 
 }  // namespace tern::cuda
