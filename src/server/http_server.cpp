@@ -143,16 +143,15 @@ bool HttpServer::admit(const HttpRequest& req, HttpResponse& res) {
   // DNS rebinding: a page on another name that resolves to 127.0.0.1.
   // No Host at all is an HTTP/1.0 client, never a browser.
   if (loopback_bind(opt_.host) && req.has_header("Host") && !loopback_host(req.header("Host"))) {
-    metrics_.request(req.path, 403);
-    send_error(req, res, ApiError(403, "Host '" + req.header("Host") + "' is not allowed"));
+    deny(req, res, ApiError(403, "Host '" + req.header("Host") + "' is not allowed"),
+         ErrorStyle::openai);
     return false;
   }
   const std::string origin = req.header("Origin");
   if (!origin.empty()) {
     if (!origin_allowed(origin, opt_.cors_origins)) {
-      metrics_.request(req.path, 403);
-      send_error(req, res,
-                 ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"));
+      deny(req, res, ApiError(403, "origin '" + origin + "' is not allowed (see --cors-origin)"),
+           ErrorStyle::openai);
       return false;
     }
     res.set_header("Access-Control-Allow-Origin", origin);
@@ -173,11 +172,10 @@ bool HttpServer::admit(const HttpRequest& req, HttpResponse& res) {
   if ((bearer && same_secret(std::string_view(auth).substr(kBearer.size()), opt_.api_key)) ||
       same_secret(req.header("x-api-key"), opt_.api_key))
     return true;
-  metrics_.request(req.path, 401);
-  send_error(req, res,
-             ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
-                                                                        : "invalid API key"),
-             style_of(req.path));
+  deny(req, res,
+       ApiError(401, auth.empty() && !req.has_header("x-api-key") ? "missing API key"
+                                                                  : "invalid API key"),
+       style_of(req.path));
   return false;
 }
 
@@ -197,14 +195,18 @@ void HttpServer::answer(const HttpRequest& req, HttpResponse& res) {
   const bool known = it != routes_.end();
   const ApiError e = known ? ApiError(405, "method " + req.method + " not allowed on " + req.path)
                            : ApiError(404, "no route " + req.method + " " + req.path);
-  metrics_.request(req.path, e.status);
-  send_error(req, res, e, style_of(req.path));
+  deny(req, res, e, style_of(req.path));
 }
 
 void HttpServer::refuse(const HttpRequest& head, int status, const std::string& message,
                         HttpResponse& res) {
-  metrics_.request(head.path, status);
-  send_error(head, res, ApiError(status, message), style_of(head.path));
+  deny(head, res, ApiError(status, message), style_of(head.path));
+}
+
+void HttpServer::deny(const HttpRequest& req, HttpResponse& res, const ApiError& e,
+                      ErrorStyle style) {
+  metrics_.request(req.path, e.status);
+  send_error(req, res, e, style);
 }
 
 void HttpServer::start() {

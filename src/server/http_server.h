@@ -94,6 +94,8 @@ class HttpServer : private HttpService {
   void refuse(const HttpRequest& head, int status, const std::string& message,
               HttpResponse& res) override;
   void add_routes();
+  // A refusal: counted by path and status, then the error in `style`.
+  void deny(const HttpRequest& req, HttpResponse& res, const ApiError& e, ErrorStyle style);
 
   struct Route {
     Handler get, post;

@@ -93,6 +93,15 @@ std::string text(beast::string_view v) {
   return std::string(v.data(), v.size());
 }
 
+// A read that failed on what the client sent (a parse error), rather than on
+// the connection (closed, reset, timed out).
+bool malformed(error_code ec) {
+  return ec.category() == http::make_error_code(http::error::bad_method).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
+constexpr const char* kBodyTooLarge = "the request body is larger than the server accepts";
+
 // Where a connection is: waiting for a request, reading its head or body,
 // having it answered, or closing.
 enum class Phase { idle, head, body, answering, closing };
@@ -212,14 +221,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return refuse(431, fmt::format("the request's head is larger than the server accepts ({} "
                                      "KiB of request line and headers)",
                                      t_.limits.max_header_bytes >> 10));
-    if (ec) {
-      const bool malformed =
-          ec.category() == http::make_error_code(http::error::bad_method).category() &&
-          ec != http::error::end_of_stream && ec != http::error::partial_message;
-      return malformed ? refuse(400, "the request is not valid HTTP/1.1") : abort();
-    }
+    if (ec) return malformed(ec) ? refuse(400, "the request is not valid HTTP/1.1") : abort();
     const auto& msg = parser_->get();
-    req_ = HttpRequest{};
     req_.method = text(msg.method_string());
     req_.path = text(msg.target());
     req_.path.resize(std::min(req_.path.size(), req_.path.find('?')));
@@ -235,7 +238,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!t_.service.admit(req_, admitted_)) return respond(std::move(admitted_));
     if (body_read_) return dispatch();
     if (parser_->content_length() && *parser_->content_length() > t_.limits.max_body)
-      return refuse(413, "the request body is larger than the server accepts");
+      return refuse(413, kBodyTooLarge);
     parser_->body_limit(t_.limits.max_body);  // chunked bodies too
     if (beast::iequals(msg[http::field::expect], "100-continue"))
       send("HTTP/1.1 100 Continue\r\n\r\n", false);
@@ -252,14 +255,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_body(error_code ec) {
     if (phase_ != Phase::body) return;
-    if (ec == http::error::body_limit)
-      return refuse(413, "the request body is larger than the server accepts");
-    if (ec) {
-      const bool malformed =
-          ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
-          ec != http::error::end_of_stream && ec != http::error::partial_message;
-      return malformed ? refuse(400, "the request body could not be read") : abort();
-    }
+    if (ec == http::error::body_limit) return refuse(413, kBodyTooLarge);
+    if (ec) return malformed(ec) ? refuse(400, "the request body could not be read") : abort();
     hold_body(parser_->get().body().size());
     if (t_.bodies > t_.limits.bodies_budget()) {
       t_.make_room_for_bodies();
