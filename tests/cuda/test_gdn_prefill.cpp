@@ -1,9 +1,11 @@
-// The prefill's Gated DeltaNet kernels (gdn_prefill.cu, gdn_chunked.cu)
+// The prefill's Gated DeltaNet kernels (gdn_prefill.cu, gdn_chunk_prep.cu,
+// gdn_chunk_state.cu)
 // against their CPU twins on fresh random inputs, outputs poisoned first:
 // gdn_prep + gdn_conv_state vs the conv, SiLU, L2 norms and gates written out
 // here as model::gdn_forward computes them; the delta rule, scan and chunked,
 // vs model::delta_rule_recurrent at chunk-edge and odd lengths and in two
-// calls.
+// calls, with fast decays (the state's memory a few tokens) and slow ones
+// (hundreds of tokens: what the pass over the chunks carries matters).
 // Bounds: the scan is fp32 (the order of its sums differs): 5e-5 of the
 // largest value. The chunked form rounds its tensor-core operands to tf32
 // (2^-11 relative) with fp32 sums: 4e-3 (a few roundings stack in V', O
@@ -102,6 +104,7 @@ struct DeltaCase {
   int Hk, Hv;
   std::vector<int> calls;
   bool chunked;
+  bool slow = false;  // log-decays ~ -0.007 a token, else ~ -0.4
 };
 class PrefillDelta : public ::testing::TestWithParam<DeltaCase> {};
 
@@ -119,7 +122,7 @@ TEST_P(PrefillDelta, MatchesTheRecurrence) {
   const auto v = randn(size_t(T) * p.Hv * kD, gen);
   auto beta = randn(size_t(T) * p.Hv, gen), g = randn(beta.size(), gen, 0.5f);
   for (float& b : beta) b = model::sigmoid(b);
-  for (float& x : g) x = -std::exp(x - 1.0f);
+  for (float& x : g) x = -std::exp(x - (p.slow ? 5.0f : 1.0f));
   auto S = randn(size_t(p.Hv) * kD * kD, gen, 0.1f);
   std::vector<float> o(v.size());
   auto dS = to_dev(S);
@@ -142,21 +145,26 @@ TEST_P(PrefillDelta, MatchesTheRecurrence) {
   auto dout = to_dev(std::vector<float>(o.size(), NAN));
   int max_call = 0;
   for (int n : p.calls) max_call = std::max(max_call, n);
-  auto scratch = to_dev(std::vector<float>(cuda::delta_scratch_floats(max_call, p.Hv), NAN));
+  auto scratch = to_dev(std::vector<float>(cuda::delta_scratch_floats(max_call, p.Hk, p.Hv), NAN));
   int t0 = 0;
   for (int n : p.calls) {
     const size_t qo = size_t(t0) * p.Hk * kD, vo = size_t(t0) * p.Hv * kD, go = size_t(t0) * p.Hv;
     const cuda::DeltaArgs a{
         dq.get() + qo, dk.get() + qo, dv.get() + vo, db.get() + go,   dg.get() + go, n,
         p.Hk,          p.Hv,          dS.get(),      dout.get() + vo, scratch.get()};
-    ASSERT_EQ(p.chunked ? cuda::gdn_delta_chunked(a, nullptr) : cuda::gdn_delta_scan(a, nullptr),
-              cudaSuccess);
+    if (p.chunked) {
+      ASSERT_EQ(cuda::gdn_chunk_prep(a, nullptr), cudaSuccess);
+      ASSERT_EQ(cuda::gdn_chunk_state(a, nullptr), cudaSuccess);
+    } else {
+      ASSERT_EQ(cuda::gdn_delta_scan(a, nullptr), cudaSuccess);
+    }
     t0 += n;
   }
   const float bound = p.chunked ? 4e-3f : 5e-5f;
   const float dout_err = max_diff(to_host(dout.get(), o.size()), o);
   const float ds_err = max_diff(to_host(dS.get(), S.size()), S);
-  const std::string what = std::string(p.chunked ? "chunked" : "scan") + " T=" + std::to_string(T);
+  const std::string what = std::string(p.chunked ? "chunked" : "scan") + (p.slow ? " slow" : "") +
+                           " T=" + std::to_string(T);
   report_measured((what + " o").c_str(), dout_err, max_abs(o));
   report_measured((what + " S").c_str(), ds_err, max_abs(S));
   EXPECT_LE(dout_err, bound * max_abs(o));
@@ -169,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{16, 32, {5, 30, 1}, false}, DeltaCase{2, 4, {1}, true},
                       DeltaCase{2, 4, {64}, true}, DeltaCase{2, 4, {65}, true},
                       DeltaCase{16, 32, {300}, true}, DeltaCase{16, 32, {100, 77}, true},
-                      DeltaCase{2, 4, {2000}, true}));
+                      DeltaCase{2, 4, {2000}, true}, DeltaCase{2, 4, {700, 800}, true, true}));
 
 }  // namespace
 }  // namespace tern::test

@@ -1,5 +1,5 @@
 // Gated DeltaNet prefill, the token-parallel part and the sequential scan
-// (the chunked tensor-core form is gdn_chunked.cu).
+// (the chunked tensor-core form is gdn_chunk_prep.cu and gdn_chunk_state.cu).
 //
 // gdn_prep: 16 tokens a block: the causal conv over the C = 2 Hk 128 + Hv 128
 // qkv channels (the first kernel - 1 rows from the carried state), SiLU, the

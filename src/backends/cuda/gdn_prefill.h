@@ -1,6 +1,6 @@
 // Launchers of the Gated DeltaNet prefill: the prep, the conv state and the
 // scan (gdn_prefill.cu), and the chunked (WY) form of the delta rule
-// (gdn_chunked.cu).
+// (gdn_chunk_prep.cu, gdn_chunk_state.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,16 +36,19 @@ cudaError_t gdn_conv_state(const float* proj, int T, int ld, int channels, int k
 // The delta rule over T tokens per value head on S ([Hv][128][128] fp32,
 // updated): o [T][Hv][128]. `scan`: token by token, each block keeping a
 // slice of the state in registers; else the chunked (WY) form on tensor cores
-// (tf32 mma), 64 tokens a chunk.
+// (tf32 mma), 64 tokens a chunk, in two launches: gdn_chunk_prep makes every
+// chunk's factors at once into the scratch, then gdn_chunk_state passes over
+// the chunks in order.
 struct DeltaArgs {
   const float *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr, *g = nullptr;
   int T = 0, k_heads = 0, v_heads = 0;
   float* S = nullptr;
   float* o = nullptr;
-  float* scratch = nullptr;  // chunked: delta_scratch_floats(T, v_heads)
+  float* scratch = nullptr;  // chunked: delta_scratch_floats(T, k_heads, v_heads)
 };
 cudaError_t gdn_delta_scan(const DeltaArgs& a, cudaStream_t st);
-cudaError_t gdn_delta_chunked(const DeltaArgs& a, cudaStream_t st);
-size_t delta_scratch_floats(int T, int v_heads);
+cudaError_t gdn_chunk_prep(const DeltaArgs& a, cudaStream_t st);
+cudaError_t gdn_chunk_state(const DeltaArgs& a, cudaStream_t st);
+size_t delta_scratch_floats(int T, int k_heads, int v_heads);
 
 }  // namespace tern::cuda

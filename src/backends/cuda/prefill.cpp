@@ -181,8 +181,13 @@ void Prefill::Pass::gdn_forward(const DevLayer& L, const LayerState& state) {
   mark_(PrefillPhase::gdn, "gdn_prep");
   const DeltaArgs da{b_.q,           b_.k, b_.v,    b_.beta, b_.g,    T_,
                      c_.lin_k_heads, Hv,   state.S, b_.o,    b_.delta};
-  check(plan_.gdn_chunked ? gdn_delta_chunked(da, st_) : gdn_delta_scan(da, st_),
-        "prefill delta rule");
+  if (plan_.gdn_chunked) {
+    check(gdn_chunk_prep(da, st_), "prefill delta rule (chunk factors)");
+    mark_(PrefillPhase::gdn, "delta_prep");
+    check(gdn_chunk_state(da, st_), "prefill delta rule (pass over the chunks)");
+  } else {
+    check(gdn_delta_scan(da, st_), "prefill delta rule");
+  }
   mark_(PrefillPhase::gdn, "delta");
   stage({.x = b_.o,
          .T = T_,

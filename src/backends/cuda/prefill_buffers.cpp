@@ -57,7 +57,7 @@ Prefill::Buffers& Prefill::buffers(int T) {
     alloc(b->v, t * Hv * kGdnDim);
     alloc(b->beta, t * Hv);
     alloc(b->g, t * Hv);
-    alloc(b->delta, delta_scratch_floats(T, int(Hv)));
+    alloc(b->delta, delta_scratch_floats(T, int(Hk), int(Hv)));
   }
   if (attn) {
     alloc(b->q16, H * t * kHeadDim);
