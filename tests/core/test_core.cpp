@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/npy.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -33,6 +34,24 @@ TEST(Bf16, HalfToFloat) {
   EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+}
+
+// xxHash's published XXH64 values; streamed in pieces equals at once.
+TEST(Hash64, MatchesXxh64) {
+  EXPECT_EQ(hash64("", 0), 0xEF46DB3751D8E999ULL);
+  EXPECT_EQ(hash64("a", 1), 0xD24EC4F1A98C6E5BULL);
+  EXPECT_EQ(hash64("abc", 3), 0x44BC2CF5AD770999ULL);
+  const std::string s = "Nobody inspects the spammish repetition";
+  EXPECT_EQ(hash64(s.data(), s.size()), 0xFBCEA83C8A378BF1ULL);
+  std::vector<unsigned char> b(1000);
+  CounterRng rng(3);
+  for (auto& c : b) c = static_cast<unsigned char>(rng.normal() * 64);
+  for (size_t n : {0, 7, 31, 32, 33, 64, 100, 1000}) {
+    Hash64 h(99);
+    for (size_t at = 0; at < n; at += 13) h.update(b.data() + at, std::min<size_t>(13, n - at));
+    EXPECT_EQ(h.digest(), hash64(b.data(), n, 99)) << n;
+  }
+  EXPECT_EQ(hex64(0xabc), "0000000000000abc");
 }
 
 TEST(ThreadPool, CoversRangeOnce) {
