@@ -3,6 +3,7 @@
 // (KV cache, recurrent and conv state, position); forward() appends tokens to it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,11 @@ class SequenceState {
  protected:
   int64_t length_ = 0;
 };
+
+// The disk cache's byte streams (engine/disk_cache.h): a sink takes bytes in
+// order; a source fills the span it is given or throws tern::Error.
+using ByteSink = std::function<void(std::span<const std::byte>)>;
+using ByteSource = std::function<void(std::span<std::byte>)>;
 
 // Which logits forward() returns: the last token's, every token's (scoring)
 // or none (a prefill chunk whose logits nobody reads: no lm_head).
@@ -96,6 +102,24 @@ class Backend {
   virtual std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) = 0;
   // Memory a sequence holds (KV cache as allocated, recurrent and conv state).
   virtual size_t sequence_bytes(const Sequence& seq) const = 0;
+
+  // The disk cache: state as bytes in the backend's own layout and precision,
+  // so that importing what was exported is bit-exact. numerics_id() names
+  // what decides the bits a forward pass computes beyond the weights (kernels,
+  // instruction set, threads where they split sums): bytes exported under one
+  // id are imported only under the same one.
+  virtual std::string numerics_id() const = 0;
+  // The KV cache of positions [from, to) of a sequence holding at least `to`.
+  virtual size_t kv_bytes(int64_t from, int64_t to) const = 0;
+  virtual void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) = 0;
+  // Appends positions [from, to) to `seq`, which holds `from`: it then holds
+  // `to`, its recurrent and conv state undefined until restore().
+  virtual void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) = 0;
+  virtual size_t state_bytes() const = 0;
+  // Thread-safe: the disk cache's writer calls it while the engine runs
+  // (a saved state is never modified).
+  virtual void export_state(const SequenceState& st, const ByteSink& out) const = 0;
+  virtual std::unique_ptr<SequenceState> import_state(int64_t length, const ByteSource& in) = 0;
 
   // The longest prefill call the engine makes (the cancellation latency of a
   // prefill is one such call).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tern {
 
@@ -96,6 +97,41 @@ std::unique_ptr<Sequence> ScriptedBackend::fork(const Sequence& seq, const Seque
 
 size_t ScriptedBackend::sequence_bytes(const Sequence& seq) const {
   return static_cast<const ScriptedSequence&>(seq).tokens.capacity() * sizeof(int32_t);
+}
+
+std::string ScriptedBackend::numerics_id() const {
+  Hash64 h;
+  for (const ScriptEntry& e : script_)
+    for (const std::string* s : {&e.trigger, &e.reply}) {
+      const uint64_t n = s->size();
+      h.update(&n, sizeof n);
+      h.update(s->data(), s->size());
+    }
+  return "scripted " + hex64(h.digest());
+}
+
+size_t ScriptedBackend::kv_bytes(int64_t from, int64_t to) const {
+  return size_t(to - from) * sizeof(int32_t);
+}
+
+void ScriptedBackend::export_kv(const Sequence& seq, int64_t from, int64_t to,
+                                const ByteSink& out) {
+  const auto& s = static_cast<const ScriptedSequence&>(seq);
+  TERN_CHECK(0 <= from && from <= to && to <= s.length());
+  out(std::as_bytes(std::span(s.tokens).subspan(size_t(from), size_t(to - from))));
+}
+
+void ScriptedBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) {
+  auto& s = static_cast<ScriptedSequence&>(seq);
+  TERN_CHECK(s.length() == from && from <= to);
+  s.tokens.resize(size_t(to));
+  in(std::as_writable_bytes(std::span(s.tokens).subspan(size_t(from), size_t(to - from))));
+  check_ids(std::span(s.tokens).subspan(size_t(from)));
+  s.set_length(to);
+}
+
+std::unique_ptr<SequenceState> ScriptedBackend::import_state(int64_t length, const ByteSource&) {
+  return std::make_unique<ScriptedState>(length);
 }
 
 }  // namespace tern

@@ -37,6 +37,15 @@ class ScriptedBackend : public Backend {
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
   size_t sequence_bytes(const Sequence& seq) const override;
+  // The script's hash: another script's replies are another model's.
+  std::string numerics_id() const override;
+  // Its KV cache is the token ids; its state is only a length.
+  size_t kv_bytes(int64_t from, int64_t to) const override;
+  void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
+  size_t state_bytes() const override { return 0; }
+  void export_state(const SequenceState&, const ByteSink&) const override {}
+  std::unique_ptr<SequenceState> import_state(int64_t length, const ByteSource& in) override;
   const ModelConfig& config() const override { return cfg_; }
   std::string name() const override { return "scripted"; }
 

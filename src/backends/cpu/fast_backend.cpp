@@ -34,6 +34,8 @@ class Model {
   }
 
   Isa isa() const { return ctx_.k.isa; }
+  bool int8() const { return ctx_.int8; }
+  int threads() const { return ctx_.pool.size(); }
   void set_part_times(PartTimes* t) { times_ = t; }
 
   // Runs tokens after the positions in seq; the logits of rows [first, T) to out.
@@ -122,6 +124,11 @@ FastCpuBackend::~FastCpuBackend() = default;
 
 cpu::Isa FastCpuBackend::isa() const {
   return model_->isa();
+}
+
+std::string FastCpuBackend::numerics_id() const {
+  return fmt::format("cpu isa={} int8={} pack16={} threads={}", cpu::isa_name(model_->isa()),
+                     int(model_->int8()), int(cpu::has_packed(*w_)), model_->threads());
 }
 
 void FastCpuBackend::set_part_times(cpu::PartTimes* t) {

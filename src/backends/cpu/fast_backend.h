@@ -40,6 +40,9 @@ class FastCpuBackend : public ReferenceBackend {
   // Whole chunks: the MoE reuses each expert's weights over more rows.
   int64_t prefill_chunk() const override { return cpu::kMaxChunk; }
   std::string name() const override { return "cpu"; }
+  // The kernel table, int8 activations, the repacked layout and the threads
+  // (attention splits its keys by them).
+  std::string numerics_id() const override;
   cpu::Isa isa() const;
   void set_part_times(cpu::PartTimes* t);
 

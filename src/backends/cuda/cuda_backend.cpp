@@ -6,6 +6,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/decode_step.h"
+#include "backends/cuda/host_state.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/misc.h"
 #include "backends/cuda/prefill.h"
@@ -50,6 +51,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::init() {
+  check(cudaGetDevice(&device_), "cudaGetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
   snapshots_ = std::make_shared<SnapshotPool>();
   step_ = std::make_unique<DecodeStep>(*w_, stream_);
@@ -324,26 +326,32 @@ void CudaBackend::copy_state(const std::vector<float*>& from_S,
   }
 }
 
-std::unique_ptr<SequenceState> CudaBackend::save(const Sequence& seq) {
-  const auto& s = dynamic_cast<const CudaSequence&>(seq);
+std::unique_ptr<SequenceState> CudaBackend::new_state(int64_t length) {
   const ModelConfig& c = w_->cfg;
   auto st = std::make_unique<CudaState>();
-  st->set_length(s.length());
-  st->S.assign(s.S.size(), nullptr);
-  st->conv.assign(s.conv.size(), nullptr);
+  st->set_length(length);
+  st->S.assign(size_t(c.n_layers), nullptr);
+  st->conv.assign(size_t(c.n_layers), nullptr);
   const size_t nS = size_t(c.lin_v_heads) * kGdnDim * kGdnDim * sizeof(float);
   const size_t nc = size_t(c.conv_kernel - 1) * c.conv_channels() * sizeof(float);
-  st->bytes_ = size_t(c.n_linear_layers()) * (nS + nc);
+  st->bytes_ = state_bytes();
   st->pool = snapshots_;
   st->block = snapshots_->take(std::max<size_t>(st->bytes_, 1));
   auto* at = static_cast<uint8_t*>(st->block);
-  for (size_t i = 0; i < s.S.size(); ++i) {
-    if (s.S[i] == nullptr) continue;
-    st->S[i] = reinterpret_cast<float*>(at);
-    st->conv[i] = reinterpret_cast<float*>(at + nS);
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_types[size_t(i)] != LayerType::linear_attention) continue;
+    st->S[size_t(i)] = reinterpret_cast<float*>(at);
+    st->conv[size_t(i)] = reinterpret_cast<float*>(at + nS);
     at += nS + nc;
   }
-  copy_state(s.S, s.conv, st->S, st->conv);
+  return st;
+}
+
+std::unique_ptr<SequenceState> CudaBackend::save(const Sequence& seq) {
+  const auto& s = dynamic_cast<const CudaSequence&>(seq);
+  auto st = new_state(s.length());
+  auto& cs = static_cast<CudaState&>(*st);
+  copy_state(s.S, s.conv, cs.S, cs.conv);
   check(cudaStreamSynchronize(stream_), "snapshot");
   return st;
 }
@@ -383,11 +391,101 @@ size_t CudaBackend::sequence_bytes(const Sequence& seq) const {
   const ModelConfig& c = w_->cfg;
   const size_t kv = size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * kHeadDim *
                     sizeof(uint16_t) * size_t(s.capacity);
-  const size_t state =
-      size_t(c.n_linear_layers()) *
-      (size_t(c.lin_v_heads) * kGdnDim * kGdnDim + size_t(c.conv_kernel - 1) * c.conv_channels()) *
-      sizeof(float);
-  return kv + state;
+  return kv + state_bytes();
+}
+
+std::string CudaBackend::numerics_id() const {
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "capability");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_), "capability");
+  const PrefillOptions& p = prefill_options();
+  return fmt::format(
+      "cuda sm_{}{} sms={} chunk={} step_below={} chunked_from={} moe_bn={} dense_bn={} "
+      "gemm_bm={} moe_bm={}",
+      major, minor, sm_count(), p.chunk, p.step_below, p.chunked_from, p.moe_bn, p.dense_bn,
+      p.gemm_bm, p.moe_bm);
+}
+
+size_t CudaBackend::kv_bytes(int64_t from, int64_t to) const {
+  const ModelConfig& c = w_->cfg;
+  const int64_t chunks = (to + kKvChunk - 1) / kKvChunk - from / kKvChunk;
+  return size_t(c.n_full_layers()) * 2 * size_t(c.n_kv_heads) * size_t(chunks) * kKvChunk *
+         kHeadDim * sizeof(uint16_t);
+}
+
+template <typename Copy>
+void CudaBackend::for_kv_chunks(const CudaSequence& s, int64_t from, int64_t to, Copy&& copy) {
+  const size_t row = kHeadDim * sizeof(uint16_t);
+  const size_t first = size_t(from / kKvChunk) * kKvChunk;
+  const size_t width = (size_t(to + kKvChunk - 1) / kKvChunk * kKvChunk - first) * row;
+  std::vector<std::byte> host(width * size_t(w_->cfg.n_kv_heads));
+  for (size_t i = 0; i < s.k.size(); ++i) {
+    if (s.k[i] == nullptr) continue;
+    for (uint16_t* cache : {s.k[i], s.v[i]})
+      copy(reinterpret_cast<std::byte*>(cache) + first * row, std::span(host),
+           size_t(s.capacity) * row, width);
+  }
+}
+
+// Whole chunks: the positions past `to` in the last one are whatever the
+// cache held there (finite; the attention masks them), and the next piece
+// rewrites its first chunk with the same values below its start.
+void CudaBackend::export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) {
+  const auto& s = dynamic_cast<const CudaSequence&>(seq);
+  TERN_CHECK(0 <= from && from <= to && to <= s.length());
+  for_kv_chunks(
+      s, from, to, [&](std::byte* dev, std::span<std::byte> host, size_t pitch, size_t width) {
+        check(cudaMemcpy2DAsync(host.data(), width, dev, pitch, width, size_t(w_->cfg.n_kv_heads),
+                                cudaMemcpyDeviceToHost, stream_),
+              "KV export");
+        check(cudaStreamSynchronize(stream_), "KV export");
+        out(host);
+      });
+}
+
+void CudaBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) {
+  auto& s = dynamic_cast<CudaSequence&>(seq);
+  TERN_CHECK(s.length() == from && from <= to);
+  reserve(s, to + 1);
+  for_kv_chunks(
+      s, from, to, [&](std::byte* dev, std::span<std::byte> host, size_t pitch, size_t width) {
+        in(host);
+        check(cudaMemcpy2DAsync(dev, pitch, host.data(), width, width, size_t(w_->cfg.n_kv_heads),
+                                cudaMemcpyHostToDevice, stream_),
+              "KV import");
+        check(cudaStreamSynchronize(stream_), "KV import");  // host is reused
+      });
+  set_position(s, to);
+}
+
+size_t CudaBackend::state_bytes() const {
+  const ModelConfig& c = w_->cfg;
+  return size_t(c.n_linear_layers()) *
+         (size_t(c.lin_v_heads) * kGdnDim * kGdnDim +
+          size_t(c.conv_kernel - 1) * c.conv_channels()) *
+         sizeof(float);
+}
+
+// On the disk cache's writer thread: a blocking copy of the snapshot's one
+// block, whose contents save() (or import_state()) finished writing before
+// returning; the backend's stream is not touched.
+void CudaBackend::export_state(const SequenceState& st, const ByteSink& out) const {
+  const auto& cs = dynamic_cast<const CudaState&>(st);
+  std::vector<std::byte> host(cs.bytes_);
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaMemcpy(host.data(), cs.block, host.size(), cudaMemcpyDeviceToHost), "state export");
+  out(host);
+}
+
+std::unique_ptr<SequenceState> CudaBackend::import_state(int64_t length, const ByteSource& in) {
+  auto st = new_state(length);
+  auto& cs = static_cast<CudaState&>(*st);
+  std::vector<std::byte> host(cs.bytes_);
+  in(host);
+  check(cudaMemcpyAsync(cs.block, host.data(), host.size(), cudaMemcpyHostToDevice, stream_),
+        "state import");
+  check(cudaStreamSynchronize(stream_), "state import");
+  return st;
 }
 
 }  // namespace tern::cuda

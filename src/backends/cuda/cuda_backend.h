@@ -55,6 +55,16 @@ class CudaBackend : public Backend {
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
   size_t sequence_bytes(const Sequence& seq) const override;
+  // The device's compute capability and SM count (launch splits follow it)
+  // and the prefill options.
+  std::string numerics_id() const override;
+  // Whole 16-position KV chunks (layout.h) covering [from, to).
+  size_t kv_bytes(int64_t from, int64_t to) const override;
+  void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
+  size_t state_bytes() const override;
+  void export_state(const SequenceState& st, const ByteSink& out) const override;
+  std::unique_ptr<SequenceState> import_state(int64_t length, const ByteSource& in) override;
 
  private:
   friend class CudaBench;
@@ -71,11 +81,18 @@ class CudaBackend : public Backend {
   // forward() of a few tokens: the arg-max step graph token by token.
   void forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
                      std::vector<float>& logits);
+  // A snapshot's state block from the pool, its contents not yet written.
+  std::unique_ptr<SequenceState> new_state(int64_t length);
+  // The KV chunks covering [from, to) of every attention layer, K then V, as
+  // packed host rows: copy(device chunks, host bytes, pitch, width).
+  template <typename Copy>
+  void for_kv_chunks(const CudaSequence& s, int64_t from, int64_t to, Copy&& copy);
   // Copies every GDN layer's recurrent and conv state from `from` to `to`.
   void copy_state(const std::vector<float*>& from_S, const std::vector<float*>& from_conv,
                   const std::vector<float*>& to_S, const std::vector<float*>& to_conv);
 
   std::unique_ptr<DeviceWeights> w_;
+  int device_ = 0;  // the disk cache's writer thread copies snapshots from it
   std::shared_ptr<SnapshotPool> snapshots_;
   cudaStream_t stream_ = nullptr;  // every call's work, in order
   std::unique_ptr<DecodeStep> step_;

@@ -103,6 +103,85 @@ std::unique_ptr<Sequence> ReferenceBackend::fork(const Sequence& seq, const Sequ
   return f;
 }
 
+std::string ReferenceBackend::numerics_id() const {
+  const char* forms[] = {"automatic", "recurrent", "chunked"};
+  return fmt::format("cpu-ref fp32 delta={}", forms[int(form_)]);
+}
+
+namespace {
+
+// A float vector's elements [at, at + n) as bytes.
+std::span<const std::byte> bytes_of(const std::vector<float>& v, size_t at, size_t n) {
+  return std::as_bytes(std::span(v).subspan(at, n));
+}
+std::span<std::byte> bytes_of(std::vector<float>& v, size_t at, size_t n) {
+  return std::as_writable_bytes(std::span(v).subspan(at, n));
+}
+
+}  // namespace
+
+// Per attention layer, K's rows [from, to) then V's, fp32 as held.
+size_t ReferenceBackend::kv_bytes(int64_t from, int64_t to) const {
+  const ModelConfig& c = w_->cfg;
+  return size_t(c.n_full_layers()) * 2 * size_t(to - from) * size_t(c.n_kv_heads) *
+         size_t(c.head_dim) * sizeof(float);
+}
+
+void ReferenceBackend::export_kv(const Sequence& seq, int64_t from, int64_t to,
+                                 const ByteSink& out) {
+  const auto& s = dynamic_cast<const ReferenceSequence&>(seq);
+  TERN_CHECK(0 <= from && from <= to && to <= s.length());
+  const size_t row = size_t(w_->cfg.n_kv_heads) * size_t(w_->cfg.head_dim);
+  for (size_t i = 0; i < s.kv.size(); ++i) {
+    if (w_->cfg.layer_types[i] == LayerType::linear_attention) continue;
+    for (const auto* v : {&s.kv[i].k, &s.kv[i].v})
+      out(bytes_of(*v, size_t(from) * row, size_t(to - from) * row));
+  }
+}
+
+void ReferenceBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) {
+  auto& s = dynamic_cast<ReferenceSequence&>(seq);
+  TERN_CHECK(s.length() == from && from <= to);
+  const size_t row = size_t(w_->cfg.n_kv_heads) * size_t(w_->cfg.head_dim);
+  for (size_t i = 0; i < s.kv.size(); ++i) {
+    if (w_->cfg.layer_types[i] == LayerType::linear_attention) continue;
+    for (auto* v : {&s.kv[i].k, &s.kv[i].v}) {
+      TERN_CHECK(v->size() == size_t(from) * row);
+      v->resize(size_t(to) * row);
+      in(bytes_of(*v, size_t(from) * row, size_t(to - from) * row));
+    }
+  }
+  advance(s, to - from);
+}
+
+size_t ReferenceBackend::state_bytes() const {
+  const ModelConfig& c = w_->cfg;
+  const model::GdnState g = model::make_gdn_state(c);
+  return size_t(c.n_linear_layers()) * (g.conv.size() + g.S.size()) * sizeof(float);
+}
+
+// Per GDN layer, the conv state then the recurrent state.
+void ReferenceBackend::export_state(const SequenceState& st, const ByteSink& out) const {
+  for (const model::GdnState& g : dynamic_cast<const CpuState&>(st).gdn) {
+    if (g.S.empty()) continue;
+    out(bytes_of(g.conv, 0, g.conv.size()));
+    out(bytes_of(g.S, 0, g.S.size()));
+  }
+}
+
+std::unique_ptr<SequenceState> ReferenceBackend::import_state(int64_t length,
+                                                              const ByteSource& in) {
+  const ModelConfig& c = w_->cfg;
+  std::vector<model::GdnState> gdn(size_t(c.n_layers));
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_types[size_t(i)] != LayerType::linear_attention) continue;
+    model::GdnState& g = gdn[size_t(i)] = model::make_gdn_state(c);
+    in(bytes_of(g.conv, 0, g.conv.size()));
+    in(bytes_of(g.S, 0, g.S.size()));
+  }
+  return std::make_unique<CpuState>(std::move(gdn), length);
+}
+
 size_t ReferenceBackend::sequence_bytes(const Sequence& seq) const {
   const auto& s = dynamic_cast<const ReferenceSequence&>(seq);
   size_t b = 0;

@@ -29,6 +29,13 @@ class ReferenceBackend : public Backend {
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
   size_t sequence_bytes(const Sequence& seq) const override;
+  std::string numerics_id() const override;
+  size_t kv_bytes(int64_t from, int64_t to) const override;
+  void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
+  size_t state_bytes() const override;
+  void export_state(const SequenceState& st, const ByteSink& out) const override;
+  std::unique_ptr<SequenceState> import_state(int64_t length, const ByteSource& in) override;
   int64_t prefill_chunk() const override { return 128; }
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cpu-ref"; }
