@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/detokenizer.h"
 
@@ -82,19 +83,51 @@ bool cancelled(const Request& r) {
 
 }  // namespace
 
+namespace {
+
+PrefillPolicy make_policy(const Backend& be, const Tokenizer* tok, const EngineOptions& o) {
+  PrefillPolicy p;
+  p.snapshot_every = o.snapshot_every;
+  p.chunk = o.chunk > 0 ? o.chunk : be.prefill_chunk();
+  if (tok) {
+    p.message_start = tok->token_id("<|im_start|>");
+    p.user_role = tok->token_id("user");
+  }
+  return p;
+}
+
+// What a disk entry's bits depend on beyond its tokens: the weights, the
+// backend's arithmetic, where prefill stops (the calls that computed it) and
+// the build (its kernels).
+std::string binding(const Backend& be, const PrefillPolicy& p, const EngineOptions& o) {
+  return fmt::format(
+      "tern disk cache {}; model {}; numerics {}; plan every={} chunk={} start={} user={}; "
+      "build {}",
+      kCacheFormatVersion, o.model_id, be.numerics_id(), p.snapshot_every, p.chunk,
+      p.message_start.value_or(-1), p.user_role.value_or(-1), hex64(executable_hash()));
+}
+
+std::unique_ptr<DiskCache> make_disk(Backend& be, const PrefillPolicy& p, const EngineOptions& o) {
+  if (o.cache_dir.empty()) return nullptr;
+  return std::make_unique<DiskCache>(
+      be,
+      DiskCacheOptions{.dir = o.cache_dir, .budget = o.cache_disk, .binding = binding(be, p, o)});
+}
+
+}  // namespace
+
 Engine::Engine(Backend& be, const Tokenizer* tok, const EngineOptions& o)
-    : be_(be), tok_(tok), cache_(be, o.cache_bytes) {
+    : be_(be),
+      tok_(tok),
+      policy_(make_policy(be, tok, o)),
+      disk_(make_disk(be, policy_, o)),
+      cache_(be, o.cache_bytes, disk_.get()) {
   const ModelConfig& c = be.config();
   ctx_ = o.ctx_size > 0 ? std::min<int64_t>(o.ctx_size, c.max_positions) : c.max_positions;
-  policy_.snapshot_every = o.snapshot_every;
-  policy_.chunk = o.chunk > 0 ? o.chunk : be.prefill_chunk();
   end_ids_.assign(c.eos_ids.begin(), c.eos_ids.end());
-  if (tok) {
+  if (tok)
     for (const char* t : {"<|im_end|>", "<|endoftext|>"})
       if (auto id = tok->token_id(t)) end_ids_.push_back(*id);
-    policy_.message_start = tok->token_id("<|im_start|>");
-    policy_.user_role = tok->token_id("user");
-  }
 }
 
 bool Engine::is_end_token(int32_t id) const {
@@ -114,6 +147,7 @@ Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delt
   const PrefillPlan plan = plan_prefill(r.prompt, policy_);
   Session s = cache_.acquire(r.prompt, plan);
   res.cached_tokens = int64_t(s.tokens.size());
+  res.disk_tokens = s.loaded;
   res.cache_left_at = s.matched;
   s.generation_start = plan.generation_start;
   std::vector<float> none;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "backend/backend.h"
 #include "engine/prefill_plan.h"
@@ -22,6 +24,12 @@ struct EngineOptions {
   int64_t snapshot_every = 4096;         // periodic snapshots inside long prompts (0: none)
   int64_t chunk = 0;                     // longest prefill call (0: the backend's choice)
   int64_t ctx_size = 0;                  // prompt + completion at most (0: the model's)
+  // The disk tier (disk_cache.h): off without a directory. Its entries are
+  // bound to model_id (checkpoint/fingerprint.h), the backend's numerics, the
+  // prefill plan and this build.
+  std::string cache_dir;
+  size_t cache_disk = 0;  // its budget
+  std::string model_id;
 };
 
 class Engine {
@@ -36,6 +44,9 @@ class Engine {
   Backend& backend() { return be_; }
   const Tokenizer* tokenizer() const { return tok_; }
   const SessionCache& cache() const { return cache_; }
+  const DiskCache* disk() const { return disk_.get(); }
+  // Whether state is kept for later requests (in memory or on disk).
+  bool reuses() const { return cache_.budget() > 0 || disk_; }
   int64_t ctx_size() const { return ctx_; }
   bool is_end_token(int32_t id) const;
   // The tokens that end a completion (the model's eos, <|im_end|>, <|endoftext|>).
@@ -47,6 +58,7 @@ class Engine {
   PrefillPolicy policy_;
   int64_t ctx_;
   std::vector<int32_t> end_ids_;
+  std::unique_ptr<DiskCache> disk_;  // before cache_: queued writes outlive the sessions
   SessionCache cache_;
 };
 

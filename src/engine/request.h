@@ -72,6 +72,7 @@ struct Result {
   bool stop_string = false;   // finish stop: by a stop string (else an end token)
   std::string stop_sequence;  // ... which one
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t disk_tokens = 0;  // of cached_tokens, those loaded from the disk cache
   // Where the prompt left the session cache: its longest common prefix with
   // a cached conversation (reuse stops at the snapshot at or before it).
   int64_t cache_left_at = 0;

@@ -5,7 +5,8 @@
 
 namespace tern {
 
-SessionCache::SessionCache(Backend& be, size_t budget) : be_(be), budget_(budget) {}
+SessionCache::SessionCache(Backend& be, size_t budget, DiskCache* disk)
+    : be_(be), budget_(budget), disk_(disk) {}
 
 Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan& plan) {
   auto best = sessions_.end();
@@ -27,6 +28,19 @@ Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan
       break;
     }
   }
+  if (disk_) {
+    if (auto d = disk_->load(prompt, plan, best_len)) {
+      Session out;
+      out.seq = std::move(d->seq);
+      const int64_t len = out.seq->length();
+      out.tokens.assign(prompt.begin(), prompt.begin() + len);
+      out.snapshots[len] = std::make_shared<Snapshot>(Snapshot{std::move(d->state), ++clock_});
+      out.on_disk.insert(d->ends.begin(), d->ends.end());
+      out.matched = std::max(matched, len);
+      out.loaded = len;
+      return out;
+    }
+  }
   if (best == sessions_.end()) {
     Session fresh;
     fresh.seq = be_.new_sequence();
@@ -42,13 +56,16 @@ Session SessionCache::acquire(std::span<const int32_t> prompt, const PrefillPlan
     be_.restore(*out.seq, *best_snap->state);
     out.tokens.resize(size_t(best_len));
     out.snapshots.erase(out.snapshots.upper_bound(best_len), out.snapshots.end());
+    out.on_disk.erase(out.on_disk.upper_bound(best_len), out.on_disk.end());
   } else {
     // A branch inside an earlier prompt: both may be wanted again.
     out.seq = be_.fork(*best->seq, *best_snap->state);
     out.tokens.assign(prompt.begin(), prompt.begin() + best_len);
     out.snapshots.insert(best->snapshots.begin(), best->snapshots.upper_bound(best_len));
+    out.on_disk.insert(best->on_disk.begin(), best->on_disk.upper_bound(best_len));
   }
   out.matched = matched;
+  out.loaded = 0;
   update_bytes();
   return out;
 }
@@ -99,11 +116,16 @@ bool SessionCache::evict_one(const Session* keep) {
 }
 
 bool SessionCache::snapshot(Session& active) {
-  if (budget_ == 0) return false;
+  if (budget_ == 0 && !disk_) return false;
   const int64_t at = active.seq->length();
   auto snap = std::make_shared<Snapshot>();
   snap->state = be_.save(*active.seq);
   snap->used = ++clock_;
+  if (disk_) {
+    const int64_t from = active.on_disk.empty() ? 0 : *active.on_disk.rbegin();
+    if (disk_->store(active.tokens, from, *active.seq, snap->state)) active.on_disk.insert(at);
+  }
+  if (budget_ == 0) return false;
   active.snapshots[at] = std::move(snap);
   if (make_room(active, 0)) return true;
   active.snapshots.erase(at);

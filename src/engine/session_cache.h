@@ -5,7 +5,9 @@
 // prefill plan's stops (prefill_plan.h) and restored only at the new request's
 // own stops, so reuse is exact. Memory (sequences as allocated plus
 // snapshots) stays within a budget by evicting the least recently used
-// snapshot or session; using one refreshes only it.
+// snapshot or session; using one refreshes only it. With a disk tier
+// (disk_cache.h) every snapshot is also written there as it is taken, and a
+// prompt whose longest usable prefix is on disk, not in memory, loads it.
 #pragma once
 
 #include <atomic>
@@ -13,17 +15,19 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/disk_cache.h"
 #include "engine/prefill_plan.h"
 
 namespace tern {
 
 struct Snapshot {
-  std::unique_ptr<SequenceState> state;
-  uint64_t used = 0;  // LRU stamp
+  std::shared_ptr<const SequenceState> state;  // shared with the disk cache's writer
+  uint64_t used = 0;                           // LRU stamp
 };
 
 // One conversation's state, leased to a request or kept in the cache.
@@ -33,22 +37,26 @@ struct Session {
   std::map<int64_t, std::shared_ptr<Snapshot>> snapshots;  // by length (prefilled positions)
   int64_t generation_start = 0;  // its last request's generation prompt began here
   int64_t matched = 0;           // acquire: the prompt's longest common prefix with the cache
+  int64_t loaded = 0;            // acquire: the prefix loaded from disk (0: none)
+  std::set<int64_t> on_disk;     // its KV pieces' ends stored on disk: the next starts at the last
   uint64_t used = 0;             // LRU stamp
 };
 
 class SessionCache {
  public:
-  // budget 0: nothing is kept (no reuse).
-  SessionCache(Backend& be, size_t budget);
+  // budget 0: nothing is kept in memory (no reuse but the disk's, if any).
+  SessionCache(Backend& be, size_t budget, DiskCache* disk = nullptr);
 
   // A session for `prompt` (prefill plan `plan`): the cached one restored
   // from the latest snapshot at one of the plan's stops within the prompt's
   // longest common prefix with it (in place when the rest of it is only its
-  // last completion, else forked, leaving it cached), or a new one. The
-  // session's tokens are then the prompt's first tokens.size() tokens.
+  // last completion, else forked, leaving it cached), or loaded from disk
+  // where that reaches further, or a new one. The session's tokens are then
+  // the prompt's first tokens.size() tokens.
   Session acquire(std::span<const int32_t> prompt, const PrefillPlan& plan);
   // Keeps the state of `active` at its current length as a snapshot, when
-  // the budget can hold it beside the cache (evicting what it must).
+  // the budget can hold it beside the cache (evicting what it must); with a
+  // disk tier, also stores it there.
   bool snapshot(Session& active);
   // Evicts until `bytes` more fit beside the cache and `active`; false when
   // the budget cannot hold them.
@@ -70,6 +78,7 @@ class SessionCache {
 
   Backend& be_;
   size_t budget_;
+  DiskCache* disk_;
   std::list<Session> sessions_;
   uint64_t clock_ = 0;
   std::atomic<size_t> bytes_{0};
