@@ -3,6 +3,7 @@
 // dimmed; /reset, /system TEXT, /think on|off, /exit; Ctrl-C stops the
 // current answer (not the program), Ctrl-D ends the chat. While the user
 // types, the last answer is prefilled as the next turn will send it back.
+// With --cache-dir or --cache-disk, sessions are kept on disk too.
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,8 @@
 
 #include "chat/next_turn.h"
 #include "chat/prompt.h"
+#include "checkpoint/fingerprint.h"
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/sizes.h"
@@ -39,6 +42,7 @@ struct ChatOptions {
   std::string system;
   bool no_thinking = false;
   std::string cache_mem = "2G";
+  DiskCacheFlags disk;
   bool idle_prefill = true;
 };
 
@@ -73,6 +77,8 @@ int chat(const ChatOptions& o) {
   auto backend = open_backend(o.model);
   EngineOptions eo;
   eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
+  apply_disk_cache(
+      o.disk, [&] { return model_fingerprint(o.model.model) + " weights=" + o.model.weights; }, eo);
   Engine engine(*backend, &tok, eo);
   Scheduler sched(engine, 1);
   const bool tty = isatty(STDOUT_FILENO) == 1;
@@ -172,7 +178,7 @@ int chat(const ChatOptions& o) {
     // While the user types, the engine prefills the next turn's start (exact
     // reuse holds: the very calls that turn would run; docs/serving.md, "Idle
     // prefill"); the next turn's submit cancels it where it got to.
-    if (o.idle_prefill && eo.cache_bytes > 0) {
+    if (o.idle_prefill && engine.reuses()) {
       ParsedDelta said;
       said.content = content, said.reasoning = reasoning;
       if (auto next = next_turn_prefix(prompt.render, tok, said); !next.empty())
@@ -194,6 +200,7 @@ Runner add_chat(CLI::App& app) {
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-thinking", o->no_thinking, "Start with thinking off (/think on turns it on)");
   cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 2G (0: no reuse)");
+  add_disk_cache_options(cmd, o->disk);
   cmd->add_flag("!--no-idle-prefill", o->idle_prefill,
                 "Do not prefill the last answer as the next turn's history while you type");
   return [o] { return chat(*o); };

@@ -11,6 +11,8 @@
 #include "backends/factory.h"
 #include "backends/scripted_backend.h"
 #include "chat/chat_template.h"
+#include "checkpoint/fingerprint.h"
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/sizes.h"
@@ -39,6 +41,7 @@ struct ServeCmd {
   int64_t ctx_size = 0;
   size_t max_queue = 8;  // below --threads: each waiting request holds a worker
   std::string cache_mem = "4G";
+  DiskCacheFlags disk;
   int64_t snapshot_every = 4096;
   std::vector<std::string> served_names;
   std::string tokenizer, script, dummy;
@@ -54,6 +57,42 @@ std::string read_api_key(const std::string& path) {
   if (!key.empty() && key.back() == '\r') key.pop_back();
   if (key.empty()) fail("the API key file {} starts with an empty line", path);
   return key;
+}
+
+// The writes queued when a stop comes: at most the writer's queue (1 GiB).
+constexpr std::chrono::seconds kDiskStopBound{10};
+
+void add_disk_metrics(server::Metrics& m, const DiskCache& d, size_t budget) {
+  auto stat = [&d](auto field) { return [&d, field] { return double(d.stats().*field); }; };
+  m.counter("tern_disk_cache_hits_total", "Requests whose prompt prefix was loaded from disk.",
+            stat(&DiskCacheStats::hits));
+  m.counter("tern_disk_cache_misses_total",
+            "Requests that found no prefix on disk longer than in memory.",
+            stat(&DiskCacheStats::misses));
+  m.counter("tern_disk_cache_loaded_bytes_total", "Bytes loaded from the disk cache.",
+            stat(&DiskCacheStats::loaded_bytes));
+  m.counter("tern_disk_cache_load_seconds_total", "Time spent loading from the disk cache.",
+            stat(&DiskCacheStats::load_seconds));
+  m.counter("tern_disk_cache_writes_total", "Files the disk cache wrote.",
+            stat(&DiskCacheStats::writes));
+  m.counter("tern_disk_cache_written_bytes_total", "Bytes the disk cache wrote.",
+            stat(&DiskCacheStats::written_bytes));
+  m.counter("tern_disk_cache_write_seconds_total", "Time the disk cache's writer spent writing.",
+            stat(&DiskCacheStats::write_seconds));
+  m.counter("tern_disk_cache_dropped_total",
+            "Snapshots not written to disk (the writer's queue full, a failed write).",
+            stat(&DiskCacheStats::dropped));
+  m.counter("tern_disk_cache_removed_total", "Damaged or foreign disk cache entries removed.",
+            stat(&DiskCacheStats::removed));
+  m.gauge("tern_disk_cache_bytes", "Bytes of the disk cache's files.",
+          stat(&DiskCacheStats::bytes));
+  m.gauge("tern_disk_cache_budget_bytes", "The disk cache's budget (--cache-disk).",
+          [budget] { return double(budget); });
+  m.gauge("tern_disk_cache_entries", "Files in the disk cache.", stat(&DiskCacheStats::entries));
+  m.gauge("tern_disk_cache_queued", "Snapshots waiting for the disk cache's writer.",
+          stat(&DiskCacheStats::queued));
+  m.gauge("tern_disk_cache_writing", "1 while the disk cache writes; 0 after a failed write.",
+          stat(&DiskCacheStats::writing));
 }
 
 // The scripted backend's replies: JSON lines {"trigger": "...", "reply": "..."}.
@@ -123,6 +162,13 @@ int serve(const ServeCmd& o) {
   eo.cache_bytes = parse_size(o.cache_mem, "--cache-mem");
   eo.snapshot_every = o.snapshot_every;
   eo.ctx_size = o.ctx_size;
+  apply_disk_cache(
+      o.disk,
+      [&] {
+        return o.dummy.empty() ? model_fingerprint(o.model.model) + " weights=" + o.model.weights
+                               : "dummy " + o.dummy + " seed 1";
+      },
+      eo);
   Engine engine(*backend, &tok, eo);
   if (o.max_queue + 1 >= size_t(o.http.limits.workers))
     spdlog::warn("--max-queue {} with --threads {}: the queue never fills, so no 429 is sent",
@@ -136,6 +182,7 @@ int serve(const ServeCmd& o) {
                 [&] { return double(engine.cache().bytes()); });
   metrics.gauge("tern_cache_budget_bytes", "The session cache's budget (--cache-mem).",
                 [&] { return double(engine.cache().budget()); });
+  if (const DiskCache* disk = engine.disk()) add_disk_metrics(metrics, *disk, eo.cache_disk);
   std::vector<std::string> names = o.served_names;
   if (names.empty() || names == std::vector<std::string>{"*"})
     names.insert(names.begin(), o.dummy.empty()
@@ -143,14 +190,15 @@ int serve(const ServeCmd& o) {
                                     : o.dummy);
   tok.cache_segments(kSegmentCacheBytes);  // each turn re-sends the history's text
   http.ready(scheduler, {&tok, names, engine.ctx_size(), &grammars, engine.end_ids()});
-  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {})",
+  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {}{})",
                fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
-               o.cache_mem);
+               o.cache_mem, eo.cache_dir.empty() ? "" : ", disk cache " + eo.cache_dir);
 
   signals.loaded();
   const int sig = signals.wait();
   spdlog::info("stopping (signal {})", sig);
   http.stop();  // streams end well-formed, their jobs cancelled
+  if (engine.disk()) signals.extend(kDiskStopBound);  // the engine writes what is queued
   return 0;
 }
 
@@ -174,6 +222,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting at most (then 429)")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 4G, 512M (0: no reuse)");
+  add_disk_cache_options(cmd, o->disk);
   cmd->add_option("--snapshot-every", o->snapshot_every,
                   "Snapshot the state every N prompt tokens inside long prompts (0: never)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));

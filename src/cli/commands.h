@@ -19,5 +19,6 @@ Runner add_render_chat(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_chat(CLI::App& app);
+Runner add_cache(CLI::App& app);
 
 }  // namespace tern::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   add(tern::cli::add_bench);
   add(tern::cli::add_serve);
   add(tern::cli::add_chat);
+  add(tern::cli::add_cache);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("tern"));

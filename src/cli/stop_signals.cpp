@@ -37,6 +37,14 @@ int StopSignals::wait() {
   return state_->signal;
 }
 
+void StopSignals::extend(std::chrono::seconds more) {
+  {
+    std::lock_guard lock(state_->m);
+    state_->deadline += more;
+  }
+  state_->cv.notify_all();
+}
+
 void StopSignals::watch(std::shared_ptr<State> state) {
   const sigset_t s = stop_set();
   int sig = 0;
@@ -49,10 +57,13 @@ void StopSignals::watch(std::shared_ptr<State> state) {
       std::_Exit(0);
     }
     state->signal = sig;
+    state->deadline = std::chrono::steady_clock::now() + kStopBound;
   }
   state->cv.notify_all();
-  std::this_thread::sleep_for(kStopBound);
-  spdlog::error("the server did not stop within {} s; exiting", kStopBound.count());
+  std::unique_lock lock(state->m);
+  while (std::chrono::steady_clock::now() < state->deadline)
+    state->cv.wait_until(lock, state->deadline);
+  spdlog::error("the server did not stop in time; exiting");
   spdlog::default_logger()->flush();
   std::_Exit(1);
 }

@@ -75,7 +75,7 @@ void prefill_next_turn(Scheduler& sched, const Job& job, const Job::Event& end,
                        const ParsedDelta& answer, int64_t ctx_size, Metrics& metrics) {
   const Request& r = job.request();
   if (!end.result || end.result->finish == Finish::cancelled || !r.next_turn ||
-      sched.engine().cache().budget() == 0)
+      !sched.engine().reuses())
     return;
   try {
     Request next = prefill_only(r.next_turn(answer));
@@ -276,11 +276,11 @@ void HttpServer::serve_job(const HttpRequest& req, HttpResponse& res, const std:
     const Result& out = *e.result;
     metrics_.generation(out);
     spdlog::info(
-        "request id={} endpoint={} prompt={} cached={} completion={} queue_ms={:.1f} "
+        "request id={} endpoint={} prompt={} cached={} disk={} completion={} queue_ms={:.1f} "
         "ttft_ms={:.1f} decode_tok_s={:.1f} finish={} cache_left_at={}",
-        job.request().id, endpoint, out.prompt_tokens, out.cached_tokens, out.completion_tokens,
-        std::chrono::duration<double, std::milli>(started - t0).count(), out.ttft_s * 1e3,
-        out.decode_tok_s(), finish_name(out.finish), out.cache_left_at);
+        job.request().id, endpoint, out.prompt_tokens, out.cached_tokens, out.disk_tokens,
+        out.completion_tokens, std::chrono::duration<double, std::milli>(started - t0).count(),
+        out.ttft_s * 1e3, out.decode_tok_s(), finish_name(out.finish), out.cache_left_at);
   };
   auto job = sched->submit(std::move(r), on_end);
   if (!job) throw ApiError(429, "the server is busy: too many requests are queued");

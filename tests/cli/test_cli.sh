@@ -131,5 +131,34 @@ if ! command -v nvidia-smi >/dev/null; then
   expect_error "no GPU" "CUDA backend" "$TERN" run --model "$W/tiny" --backend cuda --prompt-ids 1
 fi
 
+# The disk cache: tern chat writes its sessions (default directory under XDG_CACHE_HOME, 0700),
+# and a second chat on the same conversation loads them; tern cache lists, verifies, clears.
+D="$W/xdg/tern/sessions"
+printf 'Hello there\n' | XDG_CACHE_HOME="$W/xdg" "$TERN" chat --model "$W/tok" --temperature 0 \
+  --max-tokens 4 --cache-disk 64M >"$W/chat1" 2>"$W/chat1.err" && ok || bad "chat --cache-disk: $(cat "$W/chat1.err")"
+[ "$(stat -c %a "$D")" = 700 ] && ok || bad "the default cache directory is not 0700"
+printf 'Hello there\n' | "$TERN" chat --model "$W/tok" --temperature 0 --max-tokens 4 \
+  --cache-dir "$D" >"$W/chat2" 2>/dev/null || bad "chat --cache-dir"
+grep -q "0 cached" "$W/chat1" && grep -qE "[1-9][0-9]* cached" "$W/chat2" && ok || bad "the second chat loaded nothing: $(cat "$W/chat2")"
+[ "$(head -c 40 "$W/chat1")" = "$(head -c 40 "$W/chat2")" ] && ok || bad "the answers differ"
+"$TERN" cache list --cache-dir "$D" >"$W/list" 2>&1 && ok || bad "cache list"
+grep -qE "^[0-9a-f]{16}\.kv +kv +0-[0-9]+" "$W/list" && grep -q "restorable prefixes" "$W/list" && grep -q "numerics cpu" "$W/list" \
+  && ok || bad "cache list output: $(cat "$W/list")"
+"$TERN" cache verify --cache-dir "$D" >"$W/verify" && ok || bad "cache verify of an intact cache: $(cat "$W/verify")"
+STATE="$(ls "$D"/*.state | head -1)"
+printf 'X' | dd of="$STATE" bs=1 seek=$(($(stat -c %s "$STATE") - 1)) conv=notrunc 2>/dev/null
+"$TERN" cache verify --cache-dir "$D" >"$W/verify" && bad "verify passed a damaged entry" || ok
+grep -q "$(basename "$STATE"): damaged (its checksum does not match)" "$W/verify" && ok || bad "verify names the damage: $(cat "$W/verify")"
+"$TERN" cache verify --cache-dir "$D" --remove >/dev/null; [ ! -e "$STATE" ] && ok || bad "verify --remove kept $STATE"
+"$TERN" cache verify --cache-dir "$D" >/dev/null && ok || bad "verify after --remove"
+flock "$D/lock" sleep 3 &
+sleep 0.5
+expect_error "clear while in use" "in use by another tern process" "$TERN" cache clear --cache-dir "$D"
+wait
+"$TERN" cache clear --cache-dir "$D" >"$W/clear" && grep -q "removed [1-9]" "$W/clear" && ok || bad "cache clear: $(cat "$W/clear")"
+[ -z "$(ls "$D" | grep -v '^lock$')" ] && ok || bad "clear left $(ls "$D")"
+expect_error "no cache directory" "no cache directory at" "$TERN" cache list --cache-dir "$W/none"
+expect_error "bad disk size" "--cache-disk 'lots' is not a size" "$TERN" chat --model "$W/tok" --cache-disk lots
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
