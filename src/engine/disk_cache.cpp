@@ -70,7 +70,8 @@ CacheDirLock::CacheDirLock(const std::string& dir) {
   if (fd_ < 0) fail("cannot open {}: {}", path, std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
-    fail("the cache directory {} is in use by another tern process", dir);
+    throw CacheDirBusy(
+        fmt::format("the cache directory {} is in use by another tern process", dir));
   }
 }
 
@@ -229,6 +230,7 @@ bool DiskCache::store(std::span<const int32_t> tokens, int64_t from, Sequence& s
   if (!writing_) return has_kv;
   const size_t kv = has_kv ? 0 : be_.kv_bytes(from, end);
   const size_t bytes = kv + (has_state ? 0 : be_.state_bytes()) + tokens.size_bytes();
+  if (bytes > o_.budget) return has_kv;  // would be evicted as soon as written
   if (!queue_.empty() && queued_bytes_ + bytes > o_.queue_bytes) {
     stats_.dropped++;
     if (!std::exchange(warned_drop_, true))

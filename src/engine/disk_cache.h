@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "engine/cache_file.h"
 #include "engine/prefill_plan.h"
 
@@ -59,8 +60,14 @@ struct DiskCacheStats {
 // $XDG_CACHE_HOME/tern/sessions, else ~/.cache/tern/sessions.
 std::string default_cache_dir();
 
+// Another process holds the directory.
+class CacheDirBusy : public Error {
+ public:
+  using Error::Error;
+};
+
 // The directory's lock (the file "lock" in it), held while the object lives;
-// throws tern::Error when another process holds it.
+// throws CacheDirBusy when another process holds it.
 class CacheDirLock {
  public:
   explicit CacheDirLock(const std::string& dir);
@@ -75,7 +82,7 @@ class CacheDirLock {
 class DiskCache {
  public:
   // Creates the directory (0700) or indexes what it holds. Throws tern::Error
-  // when it cannot be used (not creatable, held by another process).
+  // when it cannot be used (not creatable; CacheDirBusy: held by another process).
   DiskCache(Backend& be, DiskCacheOptions o);
   ~DiskCache();  // writes what is queued first
   DiskCache(const DiskCache&) = delete;

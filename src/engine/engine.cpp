@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -107,11 +109,18 @@ std::string binding(const Backend& be, const PrefillPolicy& p, const EngineOptio
       p.message_start.value_or(-1), p.user_role.value_or(-1), hex64(executable_hash()));
 }
 
+// A directory another process uses leaves this one to memory (two chats on
+// the default directory); any other problem with it is an error.
 std::unique_ptr<DiskCache> make_disk(Backend& be, const PrefillPolicy& p, const EngineOptions& o) {
   if (o.cache_dir.empty()) return nullptr;
-  return std::make_unique<DiskCache>(
-      be,
-      DiskCacheOptions{.dir = o.cache_dir, .budget = o.cache_disk, .binding = binding(be, p, o)});
+  try {
+    return std::make_unique<DiskCache>(
+        be,
+        DiskCacheOptions{.dir = o.cache_dir, .budget = o.cache_disk, .binding = binding(be, p, o)});
+  } catch (const CacheDirBusy& e) {
+    spdlog::warn("{}: keeping sessions in memory only", e.what());
+    return nullptr;
+  }
 }
 
 }  // namespace

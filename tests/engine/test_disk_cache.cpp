@@ -376,7 +376,9 @@ TEST(DiskCache, TheDirectoryIsPrivateLockedAndHoldsNoText) {
     json msgs = json::array({{{"role", "user"}, {"content", "My password is " + secret}}});
     run_all(e, request(m.chat(msgs), 1, false));
     EXPECT_THROW((DiskCache(m.be, {.dir = d.path.string(), .budget = 1 << 20, .binding = "x"})),
-                 Error);
+                 CacheDirBusy);
+    // Another engine on it keeps to memory.
+    EXPECT_EQ(Engine(m.be, &m.tok, with_disk(d)).disk(), nullptr);
   }
   struct stat st {};
   ASSERT_EQ(::stat(d.path.c_str(), &st), 0);
