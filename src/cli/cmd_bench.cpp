@@ -11,8 +11,10 @@
 // CPU (cpu, cpu-ref): the context is a prefill of random tokens
 // (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
 // larger than L3, measured at the start and again after each decode row
-// (that row's floor); --split times decode's parts (fast backend). Table on
-// stdout, JSON and a plot (SVG or PNG) on request.
+// (that row's floor); --split times decode's parts (fast backend). --restore
+// (any backend, bench_restore.cpp): loading a prompt's state from the disk
+// cache against prefilling it. Table on stdout, JSON and a plot (SVG or PNG)
+// on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "backends/cuda/leave_out.h"
 #include "backends/factory.h"
 #include "cli/bench_prefill.h"
+#include "cli/bench_restore.h"
 #include "cli/bench_timing.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -51,6 +54,7 @@ constexpr const char* kDefaultBackend = "cpu";
 
 struct BenchOptions {
   std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
+  std::string restore, cache_dir;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false, mmap = false;
@@ -64,12 +68,18 @@ struct BenchOptions {
 
 // The lengths asked for; decode at 256..4096 when neither flag is given.
 struct Lengths {
-  std::vector<int64_t> prefill, decode;
+  std::vector<int64_t> prefill, decode, restore;
 };
 
 Lengths parse_bench_lengths(const BenchOptions& o) {
   Lengths l;
   if (!o.prefill.empty()) l.prefill = parse_lengths(o.prefill, "--prefill");
+  if (!o.restore.empty()) {
+    if (!o.prefill.empty() || !o.decode.empty())
+      fail("tern bench: --restore runs alone (no --prefill or --decode)");
+    l.restore = parse_lengths(o.restore, "--restore");
+    return l;
+  }
   if (!o.decode.empty() || o.prefill.empty())
     l.decode = parse_lengths(o.decode.empty() ? "256,512,1024,2048,4096" : o.decode, "--decode");
   return l;
@@ -353,9 +363,36 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
 }
 #endif
 
+// --restore on any backend: a checkpoint, or (CUDA) random weights.
+int run_restore(const BenchOptions& o, const std::vector<int64_t>& lengths) {
+  if (o.model.empty() == o.dummy.empty())
+    fail("tern bench: give exactly one of --model and --dummy");
+  if (!o.plot.empty()) fail("tern bench: --plot draws decode or prefill speed, not --restore's");
+  std::unique_ptr<Backend> be;
+  if (!o.dummy.empty()) {
+    be = make_dummy_backend(o.backend, o.dummy, o.seed);
+  } else {
+    auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
+    prepare_weights(o.backend, *w);
+    be = make_backend(o.backend, w);
+  }
+  std::printf("backend %s (%s); loads from the disk cache against prefill\n", o.backend.c_str(),
+              be->numerics_id().c_str());
+  nlohmann::json j = {{"command", o.command},
+                      {"git_revision", o.rev},
+                      {"backend", o.backend},
+                      {"numerics", be->numerics_id()},
+                      {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy}};
+  j.update(run_restore_bench(
+      *be, {.lengths = lengths, .repeat = o.repeat, .seed = o.seed, .dir = o.cache_dir}));
+  write_outputs(o, j, {});
+  return 0;
+}
+
 int run_bench(const BenchOptions& o) {
   cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
   const Lengths lengths = parse_bench_lengths(o);  // before the weights are made
+  if (!lengths.restore.empty()) return run_restore(o, lengths.restore);
   if (o.backend != "cuda") return run_cpu_bench(o, lengths);
 #ifdef TERN_HAVE_CUDA
   return run_cuda_bench(o, lengths);
@@ -383,6 +420,12 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--prefill", o->prefill,
                   "Comma-separated prompt lengths to time: forward() of that many random tokens "
                   "to the last token's logits");
+  cmd->add_option("--restore", o->restore,
+                  "Comma-separated prompt lengths: prefill against loading the state back from "
+                  "the disk cache (any backend; runs alone)");
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "--restore: where its entries go (a subdirectory made and removed; default "
+                  "$TMPDIR)");
   cmd->add_option("--gen", o->gen, "Timed decode tokens per repeat")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--repeat", o->repeat, "Repeats (the median is reported)")

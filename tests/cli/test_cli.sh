@@ -124,6 +124,15 @@ parts = [s[p] for p in ("norm", "gdn", "attention", "moe", "head")]
 assert all(p > 0 for p in parts) and sum(parts) <= s["whole_ms"] * 1.0001, s
 PY
 grep -q "<svg" "$W/bench.svg" && ok || bad "bench --plot on the CPU"
+# tern bench --restore: prefill against loading from the disk cache (the repeat's tokens equal).
+"$TERN" bench --model "$W/tiny" --backend cpu --restore 100 --repeat 1 --cache-dir "$W" \
+  --json "$W/restore.json" >/dev/null 2>&1 || bad "bench --restore"
+python3 - "$W/restore.json" <<'PY' && ok || bad "bench --restore JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))["restore"]
+assert [x["tokens"] for x in r] == [100] and r[0]["load_seconds"] > 0 and r[0]["disk_bytes"] > 0, r
+PY
+[ -z "$(ls -d "$W"/tern-restore-bench-* 2>/dev/null)" ] && ok || bad "bench --restore left its directory"
 expect_error "bench dummy on the CPU" "pass --model DIR" "$TERN" bench --dummy tiny --backend cpu --decode 8
 expect_error "split without decode" "times decode's parts" "$TERN" bench --model "$W/tiny" --backend cpu --prefill 8 --split
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.
