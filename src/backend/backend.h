@@ -112,6 +112,9 @@ class Backend {
   // The KV cache of positions [from, to) of a sequence holding at least `to`.
   virtual size_t kv_bytes(int64_t from, int64_t to) const = 0;
   virtual void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) = 0;
+  // Room for `positions` in seq's KV cache at once (a load knows its length;
+  // forward() grows the cache as it goes).
+  virtual void reserve(Sequence& seq, int64_t positions) = 0;
   // Appends positions [from, to) to `seq`, which holds `from`: it then holds
   // `to`, its recurrent and conv state undefined until restore().
   virtual void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) = 0;

@@ -42,6 +42,7 @@ class ScriptedBackend : public Backend {
   // Its KV cache is the token ids; its state is only a length.
   size_t kv_bytes(int64_t from, int64_t to) const override;
   void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void reserve(Sequence&, int64_t) override {}
   void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
   size_t state_bytes() const override { return 0; }
   void export_state(const SequenceState&, const ByteSink&) const override {}

@@ -413,6 +413,9 @@ std::optional<DiskCache::Loaded> DiskCache::read(std::span<const int32_t> prompt
   }
   Loaded out;
   out.seq = be_.new_sequence();
+  // The KV cache at once, with room for a prefill call after it.
+  be_.reserve(*out.seq,
+              std::min<int64_t>(length + be_.prefill_chunk(), be_.config().max_positions));
   uint64_t bytes = 0;
   const Entry* current = nullptr;
   try {

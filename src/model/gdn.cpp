@@ -11,10 +11,18 @@ namespace tern::model {
 // The chunked form pays off once a call has a few chunks' worth of tokens.
 constexpr int64_t kChunkedFrom = 32;
 
+size_t gdn_conv_floats(const ModelConfig& c) {
+  return size_t(c.conv_kernel - 1) * size_t(c.conv_channels());
+}
+
+size_t gdn_state_floats(const ModelConfig& c) {
+  return size_t(c.lin_v_heads) * size_t(c.lin_k_dim) * size_t(c.lin_v_dim);
+}
+
 GdnState make_gdn_state(const ModelConfig& c) {
   GdnState s;
-  s.conv.assign(size_t(c.conv_kernel - 1) * size_t(c.conv_channels()), 0.0f);
-  s.S.assign(size_t(c.lin_v_heads) * size_t(c.lin_k_dim) * size_t(c.lin_v_dim), 0.0f);
+  s.conv.assign(gdn_conv_floats(c), 0.0f);
+  s.S.assign(gdn_state_floats(c), 0.0f);
   return s;
 }
 

@@ -16,7 +16,9 @@ struct GdnState {
   std::vector<float> S;     // [v_heads][k_dim][v_dim] recurrent state
 };
 
-GdnState make_gdn_state(const ModelConfig& c);
+GdnState make_gdn_state(const ModelConfig& c);  // zeros
+size_t gdn_conv_floats(const ModelConfig& c);
+size_t gdn_state_floats(const ModelConfig& c);  // S
 
 enum class DeltaForm { automatic, recurrent, chunked };
 

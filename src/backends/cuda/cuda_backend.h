@@ -61,6 +61,9 @@ class CudaBackend : public Backend {
   // Whole 16-position KV chunks (layout.h) covering [from, to).
   size_t kv_bytes(int64_t from, int64_t to) const override;
   void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void reserve(Sequence& seq, int64_t positions) override {
+    reserve(dynamic_cast<CudaSequence&>(seq), positions);
+  }
   void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
   size_t state_bytes() const override;
   void export_state(const SequenceState& st, const ByteSink& out) const override;

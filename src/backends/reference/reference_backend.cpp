@@ -122,18 +122,20 @@ std::span<std::byte> bytes_of(std::vector<float>& v, size_t at, size_t n) {
   return std::as_writable_bytes(std::span(v).subspan(at, n));
 }
 
-// Grows v to n floats, the new room in 2 MB pages where transparent huge
-// pages allow: a load writes megabytes at once, and on some VMs a 4 KB page
-// fault costs more than copying its bytes (~11 us a page measured here).
-void grow_in_huge_pages(std::vector<float>& v, size_t n) {
-  if (v.capacity() < n) {
-    v.reserve(std::max(n, 2 * v.capacity()));
-    constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-    const uintptr_t from = (uintptr_t(v.data() + v.size()) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t to = uintptr_t(v.data() + v.capacity()) & ~(kHuge - 1);
-    if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
-  }
-  v.resize(n);
+// Room for n floats in v, in 2 MB pages where transparent huge pages allow
+// (the advice precedes every touch, the copy of what v held included): a load
+// writes megabytes at once, and on some VMs a 4 KB page fault costs more than
+// copying its bytes (~11 us a page measured here).
+void reserve_in_huge_pages(std::vector<float>& v, size_t n) {
+  if (v.capacity() >= n) return;
+  std::vector<float> room;
+  room.reserve(n);
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t from = (uintptr_t(room.data()) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t to = uintptr_t(room.data() + room.capacity()) & ~(kHuge - 1);
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
+  room.assign(v.begin(), v.end());
+  v.swap(room);
 }
 
 }  // namespace
@@ -157,6 +159,14 @@ void ReferenceBackend::export_kv(const Sequence& seq, int64_t from, int64_t to,
   }
 }
 
+void ReferenceBackend::reserve(Sequence& seq, int64_t positions) {
+  auto& s = dynamic_cast<ReferenceSequence&>(seq);
+  const size_t row = size_t(w_->cfg.n_kv_heads) * size_t(w_->cfg.head_dim);
+  for (size_t i = 0; i < s.kv.size(); ++i)
+    if (w_->cfg.layer_types[i] != LayerType::linear_attention)
+      for (auto* v : {&s.kv[i].k, &s.kv[i].v}) reserve_in_huge_pages(*v, size_t(positions) * row);
+}
+
 void ReferenceBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) {
   auto& s = dynamic_cast<ReferenceSequence&>(seq);
   TERN_CHECK(s.length() == from && from <= to);
@@ -165,7 +175,9 @@ void ReferenceBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const 
     if (w_->cfg.layer_types[i] == LayerType::linear_attention) continue;
     for (auto* v : {&s.kv[i].k, &s.kv[i].v}) {
       TERN_CHECK(v->size() == size_t(from) * row);
-      grow_in_huge_pages(*v, size_t(to) * row);
+      if (v->capacity() < size_t(to) * row)  // geometric growth, as resize's
+        reserve_in_huge_pages(*v, std::max(size_t(to) * row, 2 * v->capacity()));
+      v->resize(size_t(to) * row);
       in(bytes_of(*v, size_t(from) * row, size_t(to - from) * row));
     }
   }
@@ -174,8 +186,8 @@ void ReferenceBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const 
 
 size_t ReferenceBackend::state_bytes() const {
   const ModelConfig& c = w_->cfg;
-  const model::GdnState g = model::make_gdn_state(c);
-  return size_t(c.n_linear_layers()) * (g.conv.size() + g.S.size()) * sizeof(float);
+  return size_t(c.n_linear_layers()) * (model::gdn_conv_floats(c) + model::gdn_state_floats(c)) *
+         sizeof(float);
 }
 
 // Per GDN layer, the conv state then the recurrent state.
@@ -193,7 +205,11 @@ std::unique_ptr<SequenceState> ReferenceBackend::import_state(int64_t length,
   std::vector<model::GdnState> gdn(size_t(c.n_layers));
   for (int i = 0; i < c.n_layers; ++i) {
     if (c.layer_types[size_t(i)] != LayerType::linear_attention) continue;
-    model::GdnState& g = gdn[size_t(i)] = model::make_gdn_state(c);
+    model::GdnState& g = gdn[size_t(i)];
+    reserve_in_huge_pages(g.conv, model::gdn_conv_floats(c));
+    reserve_in_huge_pages(g.S, model::gdn_state_floats(c));
+    g.conv.resize(model::gdn_conv_floats(c));
+    g.S.resize(model::gdn_state_floats(c));
     in(bytes_of(g.conv, 0, g.conv.size()));
     in(bytes_of(g.S, 0, g.S.size()));
   }

@@ -32,6 +32,7 @@ class ReferenceBackend : public Backend {
   std::string numerics_id() const override;
   size_t kv_bytes(int64_t from, int64_t to) const override;
   void export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) override;
+  void reserve(Sequence& seq, int64_t positions) override;
   void import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) override;
   size_t state_bytes() const override;
   void export_state(const SequenceState& st, const ByteSink& out) const override;
