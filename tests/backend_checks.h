@@ -1,11 +1,14 @@
 // Checks every backend must pass, run on the CPU (tests/cpu) and on the GPU
 // (tests/cuda): session state saved, restored and forked gives the very
-// logits of an uninterrupted run; a completion split over several generate()
-// calls is the completion of one call; sampling histories are bounded.
+// logits of an uninterrupted run, also through the disk cache's bytes; a
+// completion split over several generate() calls is the completion of one
+// call; sampling histories are bounded.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "backend/backend.h"
@@ -49,6 +52,44 @@ inline void check_save_restore_fork(Backend& be) {
   be.restore(*s, *st);
   be.forward(*s, R, Logits::all, got);
   EXPECT_EQ(got, want) << "restored again";
+}
+
+// The disk cache's bytes: KV exported in two pieces (ends off the CUDA
+// cache's 16-position chunks) and the state, imported into a new sequence,
+// continue exactly as the original.
+inline void check_bytes_round_trip(Backend& be) {
+  const ModelConfig& c = be.config();
+  const std::vector<int32_t> ids = ids_from(40, 5, c.vocab);
+  auto seq = be.new_sequence();
+  std::vector<float> none, a, b;
+  be.forward(*seq, std::span(ids).first(37), Logits::none, none);
+  const auto state = be.save(*seq);
+  std::vector<std::byte> kv1, kv2, st;
+  auto into = [](std::vector<std::byte>& v) {
+    return [&v](std::span<const std::byte> x) { v.insert(v.end(), x.begin(), x.end()); };
+  };
+  be.export_kv(*seq, 0, 21, into(kv1));
+  be.export_kv(*seq, 21, 37, into(kv2));
+  be.export_state(*state, into(st));
+  EXPECT_EQ(kv1.size(), be.kv_bytes(0, 21));
+  EXPECT_EQ(kv2.size(), be.kv_bytes(21, 37));
+  EXPECT_EQ(st.size(), be.state_bytes());
+  auto from = [](const std::vector<std::byte>& v) {
+    return [&v, at = size_t(0)](std::span<std::byte> out) mutable {
+      ASSERT_LE(at + out.size(), v.size());
+      std::copy_n(v.begin() + ptrdiff_t(at), out.size(), out.begin());
+      at += out.size();
+    };
+  };
+  auto copy = be.new_sequence();
+  be.import_kv(*copy, 0, 21, from(kv1));
+  be.import_kv(*copy, 21, 37, from(kv2));
+  const auto imported = be.import_state(37, from(st));
+  be.restore(*copy, *imported);
+  EXPECT_EQ(copy->length(), 37);
+  be.forward(*seq, std::span(ids).subspan(37), Logits::all, a);
+  be.forward(*copy, std::span(ids).subspan(37), Logits::all, b);
+  EXPECT_EQ(a, b) << be.name();
 }
 
 // n tokens in one generate() call, or in calls of the given sizes (each

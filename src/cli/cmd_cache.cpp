@@ -152,7 +152,7 @@ int clear(const CacheCmd& o) {
   uintmax_t bytes = 0;
   for (const auto& d : fs::directory_iterator(o.dir)) {
     const std::string name = d.path().filename().string();
-    if (!parse_entry_name(name) && !name.starts_with("tmp-")) continue;
+    if (!parse_entry_name(name) && !name.starts_with(kTempPrefix)) continue;
     bytes += d.is_regular_file() ? d.file_size() : 0;
     fs::remove(d.path());
     ++n;

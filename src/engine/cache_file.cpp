@@ -106,7 +106,7 @@ uint64_t prefix_key(uint64_t binding, std::span<const int32_t> ids) {
 }
 
 EntryWriter::EntryWriter(const std::string& dir, EntryHeader h)
-    : dir_(dir), tmp_(dir + "/tmp-XXXXXX"), h_(std::move(h)) {
+    : dir_(dir), tmp_(dir + "/" + kTempPrefix + "XXXXXX"), h_(std::move(h)) {
   fd_ = ::mkostemp(tmp_.data(), O_CLOEXEC);  // mode 0600
   if (fd_ < 0) fail("cannot create a file in {}: {}", dir_, errno_text());
   try {

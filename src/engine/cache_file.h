@@ -16,6 +16,9 @@
 namespace tern {
 
 inline constexpr uint32_t kCacheFormatVersion = 1;
+// Names of its own beside the entries: files being written, the lock.
+inline constexpr const char* kTempPrefix = ".tern-tmp-";
+inline constexpr const char* kLockName = ".tern-lock";
 
 // kv: the KV rows of positions [start, end), `parent` the key of [0, start)
 // (0 when start is 0); state: the recurrent and conv state after `end`

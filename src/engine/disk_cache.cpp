@@ -65,7 +65,7 @@ std::string default_cache_dir() {
 }
 
 CacheDirLock::CacheDirLock(const std::string& dir) {
-  const std::string path = dir + "/lock";
+  const std::string path = dir + "/" + kLockName;
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) fail("cannot open {}: {}", path, std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -110,7 +110,7 @@ void DiskCache::index() {
   std::string first;
   for (const auto& d : fs::directory_iterator(o_.dir)) {
     const std::string name = d.path().filename().string(), file = d.path().string();
-    if (name.starts_with("tmp-")) {  // a write cut short
+    if (name.starts_with(kTempPrefix)) {  // a write cut short
       ::unlink(file.c_str());
       continue;
     }

@@ -66,7 +66,7 @@ class CacheDirBusy : public Error {
   using Error::Error;
 };
 
-// The directory's lock (the file "lock" in it), held while the object lives;
+// The directory's lock (the file kLockName in it), held while the object lives;
 // throws CacheDirBusy when another process holds it.
 class CacheDirLock {
  public:

@@ -18,6 +18,10 @@ TEST(CpuSession, SaveRestoreForkGiveTheUninterruptedLogits) {
   check_save_restore_fork(*tiny_cpu(31));
 }
 
+TEST(CpuSession, DiskCacheBytesRoundTripExactly) {
+  check_bytes_round_trip(*tiny_cpu(35));
+}
+
 TEST(CpuSession, SplitGenerationEqualsOneCall) {
   auto be = tiny_cpu(32);
   check_split_generation(*be, SamplingParams{});

@@ -160,12 +160,12 @@ printf 'X' | dd of="$STATE" bs=1 seek=$(($(stat -c %s "$STATE") - 1)) conv=notru
 grep -q "$(basename "$STATE"): damaged (its checksum does not match)" "$W/verify" && ok || bad "verify names the damage: $(cat "$W/verify")"
 "$TERN" cache verify --cache-dir "$D" --remove >/dev/null; [ ! -e "$STATE" ] && ok || bad "verify --remove kept $STATE"
 "$TERN" cache verify --cache-dir "$D" >/dev/null && ok || bad "verify after --remove"
-flock "$D/lock" sleep 3 &
+flock "$D/.tern-lock" sleep 3 &
 sleep 0.5
 expect_error "clear while in use" "in use by another tern process" "$TERN" cache clear --cache-dir "$D"
 wait
 "$TERN" cache clear --cache-dir "$D" >"$W/clear" && grep -q "removed [1-9]" "$W/clear" && ok || bad "cache clear: $(cat "$W/clear")"
-[ -z "$(ls "$D" | grep -v '^lock$')" ] && ok || bad "clear left $(ls "$D")"
+[ "$(ls -A "$D")" = .tern-lock ] && ok || bad "clear left $(ls -A "$D")"
 expect_error "no cache directory" "no cache directory at" "$TERN" cache list --cache-dir "$W/none"
 expect_error "bad disk size" "--cache-disk 'lots' is not a size" "$TERN" chat --model "$W/tok" --cache-disk lots
 

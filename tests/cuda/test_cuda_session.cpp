@@ -56,6 +56,12 @@ TEST(CudaSession, SaveRestoreForkGiveTheUninterruptedLogits) {
   check_save_restore_fork(be);
 }
 
+TEST(CudaSession, DiskCacheBytesRoundTripExactly) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend be(tiny_dummy_weights());
+  check_bytes_round_trip(be);
+}
+
 TEST(CudaSession, SplitGenerationEqualsOneCall) {
   TERN_REQUIRE_GPU();
   cuda::CudaBackend be(tiny_dummy_weights());

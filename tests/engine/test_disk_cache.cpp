@@ -14,6 +14,7 @@
 #include <fstream>
 #include <random>
 
+#include "backend_checks.h"
 #include "backends/cpu/fast_backend.h"
 #include "core/error.h"
 #include "engine/disk_cache.h"
@@ -93,48 +94,9 @@ Output exact(TinyModel& m, Engine& e, const Request& r, const std::string& what)
   return a;
 }
 
-// Each backend's exported KV (in two pieces) and state, imported into a new
-// sequence, continue exactly as the original.
-void check_bytes_round_trip(Backend& be) {
-  const ModelConfig& c = be.config();
-  std::mt19937 g(5);
-  std::vector<int32_t> ids(40);
-  for (int32_t& t : ids) t = int32_t(g() % uint32_t(c.vocab));
-  auto seq = be.new_sequence();
-  std::vector<float> none, a, b;
-  be.forward(*seq, std::span(ids).first(37), Logits::none, none);
-  const auto state = be.save(*seq);
-  std::vector<std::byte> kv1, kv2, st;
-  auto into = [](std::vector<std::byte>& v) {
-    return [&v](std::span<const std::byte> x) { v.insert(v.end(), x.begin(), x.end()); };
-  };
-  be.export_kv(*seq, 0, 21, into(kv1));
-  be.export_kv(*seq, 21, 37, into(kv2));
-  be.export_state(*state, into(st));
-  EXPECT_EQ(kv1.size(), be.kv_bytes(0, 21));
-  EXPECT_EQ(kv2.size(), be.kv_bytes(21, 37));
-  EXPECT_EQ(st.size(), be.state_bytes());
-  auto from = [](const std::vector<std::byte>& v) {
-    return [&v, at = size_t(0)](std::span<std::byte> out) mutable {
-      ASSERT_LE(at + out.size(), v.size());
-      std::copy_n(v.begin() + ptrdiff_t(at), out.size(), out.begin());
-      at += out.size();
-    };
-  };
-  auto copy = be.new_sequence();
-  be.import_kv(*copy, 0, 21, from(kv1));
-  be.import_kv(*copy, 21, 37, from(kv2));
-  const auto imported = be.import_state(37, from(st));
-  be.restore(*copy, *imported);
-  EXPECT_EQ(copy->length(), 37);
-  be.forward(*seq, std::span(ids).subspan(37), Logits::all, a);
-  be.forward(*copy, std::span(ids).subspan(37), Logits::all, b);
-  EXPECT_EQ(a, b) << be.name();
-}
-
+// The reference's bytes: test_session_state; CUDA's: test_cuda_session.
 TEST(DiskCache, BackendBytesRoundTripExactly) {
   TinyModel m(61);
-  check_bytes_round_trip(m.be);
   FastCpuBackend fast(load_model(m.dir, WeightMode::q4));
   check_bytes_round_trip(fast);
   EXPECT_NE(m.be.numerics_id(), fast.numerics_id());
@@ -364,7 +326,7 @@ TEST(DiskCache, AFailedWriteKeepsToMemory) {
   setrlimit(RLIMIT_FSIZE, &old);
   EXPECT_TRUE(d.files(".kv").empty());
   for (const auto& f : fs::directory_iterator(d.path))
-    EXPECT_FALSE(f.path().filename().string().starts_with("tmp-")) << f.path();
+    EXPECT_FALSE(f.path().filename().string().starts_with(kTempPrefix)) << f.path();
 }
 
 TEST(DiskCache, TheDirectoryIsPrivateLockedAndHoldsNoText) {
@@ -386,7 +348,7 @@ TEST(DiskCache, TheDirectoryIsPrivateLockedAndHoldsNoText) {
   size_t n = 0;
   for (const auto& f : fs::directory_iterator(d.path)) {
     const std::string name = f.path().filename().string();
-    if (name == "lock") continue;
+    if (name == kLockName) continue;
     ++n;
     EXPECT_TRUE(parse_entry_name(name)) << name;
     ASSERT_EQ(::stat(f.path().c_str(), &st), 0);

@@ -161,7 +161,7 @@ test("the directory is private, named by hashes, and holds no prompt text", asyn
     await srv.stop();
   }
   assert.equal(fs.statSync(dir).mode & 0o777, 0o700);
-  const files = fs.readdirSync(dir).filter((f) => f !== "lock");
+  const files = fs.readdirSync(dir).filter((f) => f !== ".tern-lock");
   assert.ok(files.length > 0);
   for (const f of files) {
     assert.match(f, /^[0-9a-f]{16}\.(kv|state)$/);
