@@ -214,30 +214,42 @@ void DiskCache::touch(const Entry& e) {
   map(e.kind)[e.key].used = clock_;
 }
 
-bool DiskCache::store(std::span<const int32_t> tokens, int64_t from, Sequence& seq,
-                      std::shared_ptr<const SequenceState> state) {
+void DiskCache::store(std::span<const int32_t> tokens, Sequence& seq,
+                      std::shared_ptr<const SequenceState> state, std::set<int64_t>& pieces) {
   const int64_t end = int64_t(tokens.size());
-  TERN_CHECK(0 <= from && from <= end && end <= seq.length());
+  TERN_CHECK(end <= seq.length() && (pieces.empty() || *pieces.rbegin() <= end));
+  // The keys of the earlier pieces' ends, then of this prefix.
+  std::vector<std::pair<int64_t, uint64_t>> ends;
   PrefixHash h(binding_);
-  h.add(tokens.first(size_t(from)));
-  const uint64_t parent = h.key();
-  h.add(tokens.subspan(size_t(from)));
+  int64_t at = 0;
+  for (int64_t b : pieces) {
+    h.add(tokens.subspan(size_t(at), size_t(b - at)));
+    ends.emplace_back(at = b, h.key());
+  }
+  h.add(tokens.subspan(size_t(at)));
   const uint64_t key = h.key();
   std::unique_lock lock(m_);
-  const bool has_kv = kv_.contains(key) || pending_kv_.contains(key);
+  auto present = [&](uint64_t k) { return kv_.contains(k) || pending_kv_.contains(k); };
+  while (!ends.empty() && !present(ends.back().second)) {
+    pieces.erase(ends.back().first);
+    ends.pop_back();
+  }
+  const int64_t from = ends.empty() ? 0 : ends.back().first;
+  const uint64_t parent = ends.empty() ? 0 : ends.back().second;
+  const bool has_kv = present(key);
   const bool has_state = state_.contains(key) || pending_state_.contains(key);
-  if (has_kv && has_state) return true;
-  if (!writing_) return has_kv;
+  if (has_kv) pieces.insert(end);
+  if ((has_kv && has_state) || !writing_) return;
   const size_t kv = has_kv ? 0 : be_.kv_bytes(from, end);
   const size_t bytes = kv + (has_state ? 0 : be_.state_bytes()) + tokens.size_bytes();
-  if (bytes > o_.budget) return has_kv;  // would be evicted as soon as written
+  if (bytes > o_.budget) return;  // would be evicted as soon as written
   if (!queue_.empty() && queued_bytes_ + bytes > o_.queue_bytes) {
     stats_.dropped++;
     if (!std::exchange(warned_drop_, true))
       spdlog::warn(
           "disk cache: the writer is behind; snapshots that do not fit its queue are not written "
           "(tern_disk_cache_dropped_total counts them)");
-    return has_kv;
+    return;
   }
   Item it{key, parent, from, {tokens.begin(), tokens.end()}, {}, nullptr, bytes};
   if (!has_kv) {
@@ -249,6 +261,7 @@ bool DiskCache::store(std::span<const int32_t> tokens, int64_t from, Sequence& s
     });
     lock.lock();
     pending_kv_.insert(key);
+    pieces.insert(end);
   }
   if (!has_state) {
     it.state = std::move(state);
@@ -258,7 +271,6 @@ bool DiskCache::store(std::span<const int32_t> tokens, int64_t from, Sequence& s
   queue_.push_back(std::move(it));
   lock.unlock();
   cv_.notify_all();
-  return true;
 }
 
 void DiskCache::flush() const {

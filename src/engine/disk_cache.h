@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -100,11 +101,12 @@ class DiskCache {
   std::optional<Loaded> load(std::span<const int32_t> prompt, const PrefillPlan& plan,
                              int64_t beyond);
   // Queues the state saved after `tokens` (seq holding at least as many) and
-  // the KV of positions [from, tokens.size()) of seq: the piece after the one
-  // ending at `from`, which the caller has stored before. True when that
-  // chain will be on disk (queued, or there already); false when dropped.
-  bool store(std::span<const int32_t> tokens, int64_t from, Sequence& seq,
-             std::shared_ptr<const SequenceState> state);
+  // seq's KV rows since the last of `pieces` (the ends of the session's
+  // pieces stored before) still on disk or queued, or since 0; forgets the
+  // ends after it (gone: evicted, damaged, dropped) and, when queued (or on
+  // disk already), adds tokens.size().
+  void store(std::span<const int32_t> tokens, Sequence& seq,
+             std::shared_ptr<const SequenceState> state, std::set<int64_t>& pieces);
   // Waits until the queue is written.
   void flush() const;
   DiskCacheStats stats() const;

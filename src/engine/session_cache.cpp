@@ -121,10 +121,7 @@ bool SessionCache::snapshot(Session& active) {
   auto snap = std::make_shared<Snapshot>();
   snap->state = be_.save(*active.seq);
   snap->used = ++clock_;
-  if (disk_) {
-    const int64_t from = active.on_disk.empty() ? 0 : *active.on_disk.rbegin();
-    if (disk_->store(active.tokens, from, *active.seq, snap->state)) active.on_disk.insert(at);
-  }
+  if (disk_) disk_->store(active.tokens, *active.seq, snap->state, active.on_disk);
   if (budget_ == 0) return false;
   active.snapshots[at] = std::move(snap);
   if (make_room(active, 0)) return true;

@@ -38,7 +38,7 @@ struct Session {
   int64_t generation_start = 0;  // its last request's generation prompt began here
   int64_t matched = 0;           // acquire: the prompt's longest common prefix with the cache
   int64_t loaded = 0;            // acquire: the prefix loaded from disk (0: none)
-  std::set<int64_t> on_disk;     // its KV pieces' ends stored on disk: the next starts at the last
+  std::set<int64_t> on_disk;     // its KV pieces' ends stored on disk (DiskCache::store)
   uint64_t used = 0;             // LRU stamp
 };
 

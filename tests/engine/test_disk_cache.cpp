@@ -4,8 +4,9 @@
 // cache (greedy and seeded) across restarts, under memory pressure that
 // leaves only the disk, and with entries deleted, truncated, flipped or made
 // for another model between turns; the budget holds and keeps chains whole;
-// a failed write (a full disk) turns writing off; the directory is private,
-// locked, named by hashes and holds no prompt text.
+// a failed write (a full disk) turns writing off; a piece that went is not
+// built on; the directory is private, locked, named by hashes and holds no
+// prompt text.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <csignal>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "backend_checks.h"
 #include "backends/cpu/fast_backend.h"
@@ -253,6 +255,39 @@ TEST(DiskCache, DamagedEntriesAreRemovedAndNeverUsed) {
       EXPECT_NO_THROW(r.finish()) << what << " " << f;
     }
   }
+}
+
+// A live session whose stored pieces went (here: found damaged by a load)
+// stores its next snapshot's KV from the last piece still there, or from 0,
+// never after a piece that is gone.
+TEST(DiskCache, APieceGoneIsNotBuiltOn) {
+  TinyModel m(70);
+  TempDir d("chain");
+  DiskCache disk(m.be, {.dir = d.path.string(), .budget = size_t(1) << 30, .binding = "test"});
+  const std::vector<int32_t> ids = ids_from(40, 3, m.be.config().vocab);
+  auto seq = m.be.new_sequence();
+  std::set<int64_t> pieces;
+  std::vector<float> none;
+  PrefillPlan plan;
+  for (int64_t at = 10; at <= 40; at += 10) {
+    m.be.forward(*seq, std::span(ids).subspan(size_t(at - 10), 10), Logits::none, none);
+    if (at == 40) {  // damage the first piece; a load finds it and removes the chain
+      disk.flush();
+      fs::resize_file(d.path / entry_name(EntryKind::kv,
+                                          prefix_key(hash64("test", 4), std::span(ids).first(10))),
+                      100);
+      EXPECT_FALSE(disk.load(std::span(ids).first(31), plan, 0));
+      EXPECT_EQ(disk.stats().removed, 1u);
+    }
+    disk.store(std::span(ids).first(size_t(at)), *seq, m.be.save(*seq), pieces);
+    plan.stops.push_back({at, true});
+  }
+  EXPECT_EQ(pieces, (std::set<int64_t>{40}));
+  disk.flush();
+  auto loaded = disk.load(ids, plan, 0);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->seq->length(), 40);
+  EXPECT_EQ(loaded->ends, (std::vector<int64_t>{40}));
 }
 
 TEST(DiskCache, AnotherModelsEntriesAreRemovedAtStart) {
