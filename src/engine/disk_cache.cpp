@@ -253,8 +253,8 @@ void DiskCache::store(std::span<const int32_t> tokens, Sequence& seq,
   }
   Item it{key, parent, from, {tokens.begin(), tokens.end()}, {}, nullptr, bytes};
   if (!has_kv) {
+    it.kv.emplace(take_spare());
     lock.unlock();  // the copy of the KV rows is the engine thread's only cost
-    it.kv.emplace();
     it.kv->reserve(kv);
     be_.export_kv(seq, from, end, [&](std::span<const std::byte> b) {
       it.kv->insert(it.kv->end(), b.begin(), b.end());
@@ -271,6 +271,24 @@ void DiskCache::store(std::span<const int32_t> tokens, Sequence& seq,
   queue_.push_back(std::move(it));
   lock.unlock();
   cv_.notify_all();
+}
+
+std::vector<std::byte> DiskCache::take_spare() {
+  if (spare_.empty()) return {};
+  auto largest = std::max_element(spare_.begin(), spare_.end(), [](const auto& a, const auto& b) {
+    return a.capacity() < b.capacity();
+  });
+  std::vector<std::byte> v = std::move(*largest);
+  spare_.erase(largest);
+  spare_bytes_ -= v.capacity();
+  v.clear();
+  return v;
+}
+
+void DiskCache::keep_spare(std::vector<std::byte>&& v) {
+  if (spare_bytes_ + v.capacity() > kSpareBytes) return;
+  spare_bytes_ += v.capacity();
+  spare_.push_back(std::move(v));
 }
 
 void DiskCache::flush() const {
@@ -306,7 +324,10 @@ void DiskCache::writer() {
     }
     lock.lock();
     stats_.write_seconds += since(t0);
-    if (it.kv) pending_kv_.erase(it.key);
+    if (it.kv) {
+      pending_kv_.erase(it.key);
+      keep_spare(std::move(*it.kv));
+    }
     if (it.state) pending_state_.erase(it.key);
     queued_bytes_ -= it.bytes;
     if (!failure.empty() && writing_) {

@@ -142,6 +142,12 @@ class DiskCache {
   void add(const Entry& e);
   Map& map(EntryKind kind) { return kind == EntryKind::kv ? kv_ : state_; }
   std::optional<Loaded> read(std::span<const int32_t> prompt, int64_t length, uint64_t key);
+  // KV buffers the writer is done with, reused by store() (under m_): their
+  // pages are mapped already, and a fault per 4 KB of a fresh one was most of
+  // what a store cost the engine thread.
+  std::vector<std::byte> take_spare();
+  void keep_spare(std::vector<std::byte>&& v);
+  static constexpr size_t kSpareBytes = size_t(256) << 20;
 
   Backend& be_;
   DiskCacheOptions o_;
@@ -157,6 +163,8 @@ class DiskCache {
   bool busy_ = false, stop_ = false, writing_ = true, warned_drop_ = false;
   uint64_t clock_ = 0, total_ = 0;
   size_t queued_bytes_ = 0;
+  std::vector<std::vector<std::byte>> spare_;
+  size_t spare_bytes_ = 0;
   DiskCacheStats stats_;
   std::thread thread_;
 };

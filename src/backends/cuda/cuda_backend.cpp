@@ -42,6 +42,7 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
 CudaBackend::~CudaBackend() {
   step_.reset();  // their buffers before the stream they were made on
   prefill_.reset();
+  if (writer_stream_ != nullptr) cudaStreamDestroy(writer_stream_);
   cudaFreeHost(ids_out_);
   cudaFreeHost(logits_out_);
   cudaFreeHost(mask_host_);
@@ -413,18 +414,20 @@ size_t CudaBackend::kv_bytes(int64_t from, int64_t to) const {
          kHeadDim * sizeof(uint16_t);
 }
 
-template <typename Copy>
-void CudaBackend::for_kv_chunks(const CudaSequence& s, int64_t from, int64_t to, Copy&& copy) {
+std::vector<DeviceBytes> CudaBackend::kv_stretches(const CudaSequence& s, int64_t from,
+                                                   int64_t to) const {
   const size_t row = kHeadDim * sizeof(uint16_t);
   const size_t first = size_t(from / kKvChunk) * kKvChunk;
   const size_t width = (size_t(to + kKvChunk - 1) / kKvChunk * kKvChunk - first) * row;
-  std::vector<std::byte> host(width * size_t(w_->cfg.n_kv_heads));
+  std::vector<DeviceBytes> out;
   for (size_t i = 0; i < s.k.size(); ++i) {
     if (s.k[i] == nullptr) continue;
     for (uint16_t* cache : {s.k[i], s.v[i]})
-      copy(reinterpret_cast<std::byte*>(cache) + first * row, std::span(host),
-           size_t(s.capacity) * row, width);
+      for (size_t h = 0; h < size_t(w_->cfg.n_kv_heads); ++h)
+        out.push_back(
+            {reinterpret_cast<std::byte*>(cache) + (h * size_t(s.capacity) + first) * row, width});
   }
+  return out;
 }
 
 // Whole chunks: the positions past `to` in the last one are whatever the
@@ -433,28 +436,14 @@ void CudaBackend::for_kv_chunks(const CudaSequence& s, int64_t from, int64_t to,
 void CudaBackend::export_kv(const Sequence& seq, int64_t from, int64_t to, const ByteSink& out) {
   const auto& s = dynamic_cast<const CudaSequence&>(seq);
   TERN_CHECK(0 <= from && from <= to && to <= s.length());
-  for_kv_chunks(
-      s, from, to, [&](std::byte* dev, std::span<std::byte> host, size_t pitch, size_t width) {
-        check(cudaMemcpy2DAsync(host.data(), width, dev, pitch, width, size_t(w_->cfg.n_kv_heads),
-                                cudaMemcpyDeviceToHost, stream_),
-              "KV export");
-        check(cudaStreamSynchronize(stream_), "KV export");
-        out(host);
-      });
+  staging_.download(kv_stretches(s, from, to), out, stream_);
 }
 
 void CudaBackend::import_kv(Sequence& seq, int64_t from, int64_t to, const ByteSource& in) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   TERN_CHECK(s.length() == from && from <= to);
   reserve(s, to + 1);
-  for_kv_chunks(
-      s, from, to, [&](std::byte* dev, std::span<std::byte> host, size_t pitch, size_t width) {
-        in(host);
-        check(cudaMemcpy2DAsync(dev, pitch, host.data(), width, width, size_t(w_->cfg.n_kv_heads),
-                                cudaMemcpyHostToDevice, stream_),
-              "KV import");
-        check(cudaStreamSynchronize(stream_), "KV import");  // host is reused
-      });
+  staging_.upload(kv_stretches(s, from, to), in, stream_);
   set_position(s, to);
 }
 
@@ -466,25 +455,23 @@ size_t CudaBackend::state_bytes() const {
          sizeof(float);
 }
 
-// On the disk cache's writer thread: a blocking copy of the snapshot's one
+// On the disk cache's writer thread (one at a time): the snapshot's one
 // block, whose contents save() (or import_state()) finished writing before
-// returning; the backend's stream is not touched.
+// returning, through the writer's own stream and pinned buffers.
 void CudaBackend::export_state(const SequenceState& st, const ByteSink& out) const {
   const auto& cs = dynamic_cast<const CudaState&>(st);
-  std::vector<std::byte> host(cs.bytes_);
   check(cudaSetDevice(device_), "cudaSetDevice");
-  check(cudaMemcpy(host.data(), cs.block, host.size(), cudaMemcpyDeviceToHost), "state export");
-  out(host);
+  if (writer_stream_ == nullptr)
+    check(cudaStreamCreateWithFlags(&writer_stream_, cudaStreamNonBlocking), "writer stream");
+  const DeviceBytes all{static_cast<std::byte*>(cs.block), cs.bytes_};
+  writer_staging_.download(std::span(&all, 1), out, writer_stream_);
 }
 
 std::unique_ptr<SequenceState> CudaBackend::import_state(int64_t length, const ByteSource& in) {
   auto st = new_state(length);
   auto& cs = static_cast<CudaState&>(*st);
-  std::vector<std::byte> host(cs.bytes_);
-  in(host);
-  check(cudaMemcpyAsync(cs.block, host.data(), host.size(), cudaMemcpyHostToDevice, stream_),
-        "state import");
-  check(cudaStreamSynchronize(stream_), "state import");
+  const DeviceBytes all{static_cast<std::byte*>(cs.block), cs.bytes_};
+  staging_.upload(std::span(&all, 1), in, stream_);
   return st;
 }
 

@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_sequence.h"
 #include "backends/cuda/device_weights.h"
 #include "backends/cuda/prefill_tiles.h"
+#include "backends/cuda/staging.h"
 
 namespace tern::cuda {
 
@@ -86,10 +87,9 @@ class CudaBackend : public Backend {
                      std::vector<float>& logits);
   // A snapshot's state block from the pool, its contents not yet written.
   std::unique_ptr<SequenceState> new_state(int64_t length);
-  // The KV chunks covering [from, to) of every attention layer, K then V, as
-  // packed host rows: copy(device chunks, host bytes, pitch, width).
-  template <typename Copy>
-  void for_kv_chunks(const CudaSequence& s, int64_t from, int64_t to, Copy&& copy);
+  // The KV chunks covering [from, to) of every attention layer, K then V,
+  // head by head: the order of their bytes in the disk cache's files.
+  std::vector<DeviceBytes> kv_stretches(const CudaSequence& s, int64_t from, int64_t to) const;
   // Copies every GDN layer's recurrent and conv state from `from` to `to`.
   void copy_state(const std::vector<float*>& from_S, const std::vector<float*>& from_conv,
                   const std::vector<float*>& to_S, const std::vector<float*>& to_conv);
@@ -103,8 +103,11 @@ class CudaBackend : public Backend {
   int* ids_out_ = nullptr;       // pinned [2]: streamed ids, alternating
   float* logits_out_ = nullptr;  // pinned [2][vocab] for GenerateHooks::on_logits (on first use)
   cudaEvent_t id_ready_[2] = {};
-  uint32_t* mask_host_ = nullptr;  // pinned [mask words]: the constraint's mask (on first use)
-  uint32_t* mask_dev_ = nullptr;   // its copy on the device
+  uint32_t* mask_host_ = nullptr;   // pinned [mask words]: the constraint's mask (on first use)
+  uint32_t* mask_dev_ = nullptr;    // its copy on the device
+  Staging staging_;                 // the disk cache's loads and KV pieces (engine thread)
+  mutable Staging writer_staging_;  // export_state on the disk cache's writer thread
+  mutable cudaStream_t writer_stream_ = nullptr;
 };
 
 }  // namespace tern::cuda
