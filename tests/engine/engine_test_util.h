@@ -2,6 +2,8 @@
 // prompts rendered and encoded, an engine run collected into one result.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -64,6 +66,29 @@ inline Output run_all(Engine& e, const Request& r) {
     for (auto& l : d.logprobs) out.logprobs.push_back(std::move(l));
   });
   return out;
+}
+
+// A request for `prompt` asking for logprobs, greedy or sampled with `seed`.
+inline Request request(std::vector<int32_t> prompt, uint64_t seed, bool sampled,
+                       int max_tokens = 10) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.logprobs = 0;
+  if (sampled) r.sampling = chat_sampling(seed);
+  return r;
+}
+
+// The ids and logprobs two runs chose (logprobs requested), their text and finish.
+inline void expect_same(const Output& a, const Output& b, const std::string& what) {
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_EQ(a.logprobs[i].token, b.logprobs[i].token) << what << " token " << i;
+    EXPECT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << what << " token " << i;
+  }
+  EXPECT_EQ(a.content, b.content) << what;
+  EXPECT_EQ(a.reasoning, b.reasoning) << what;
+  EXPECT_EQ(a.result.finish, b.result.finish) << what;
 }
 
 }  // namespace tern::test

@@ -65,24 +65,6 @@ EngineOptions no_cache() {
   return o;
 }
 
-Request request(std::vector<int32_t> prompt, uint64_t seed, bool sampled, int max_tokens = 8) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.logprobs = 0;
-  if (sampled) r.sampling = chat_sampling(seed);
-  return r;
-}
-
-void expect_same(const Output& a, const Output& b, const std::string& what) {
-  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    EXPECT_EQ(a.logprobs[i].token, b.logprobs[i].token) << what << " token " << i;
-    EXPECT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << what << " token " << i;
-  }
-  EXPECT_EQ(a.content, b.content) << what;
-}
-
 json first_turn() {
   return json::array({{{"role", "system"}, {"content", "You are terse, and you like rivers."}},
                       {{"role", "user"}, {"content", "Name three long rivers, please."}}});

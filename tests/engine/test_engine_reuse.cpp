@@ -14,27 +14,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The ids and logprobs a run chose (logprobs requested), its text and usage.
-void expect_same(const Output& a, const Output& b, const std::string& what) {
-  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    EXPECT_EQ(a.logprobs[i].token, b.logprobs[i].token) << what << " token " << i;
-    EXPECT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << what << " token " << i;
-  }
-  EXPECT_EQ(a.content, b.content) << what;
-  EXPECT_EQ(a.reasoning, b.reasoning) << what;
-  EXPECT_EQ(a.result.finish, b.result.finish) << what;
-}
-
-Request request(std::vector<int32_t> prompt, uint64_t seed, bool sampled, int max_tokens = 10) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.logprobs = 0;
-  if (sampled) r.sampling = chat_sampling(seed);
-  return r;
-}
-
 struct Pair {
   TinyModel& m;
   EngineOptions with, without;
