@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,20 @@ inline Output run_all(Engine& e, const Request& r) {
     for (auto& l : d.logprobs) out.logprobs.push_back(std::move(l));
   });
   return out;
+}
+
+// One to five random words (the conversations of the cache tests).
+inline std::string random_words(std::mt19937& g) {
+  const char* words[] = {"rivers", "cats", "why?", "again", "more", "tea", "Paris", "no"};
+  std::string s;
+  for (int i = 0, n = 1 + int(g() % 5); i < n; ++i) s += std::string(words[g() % 8]) + " ";
+  return s;
+}
+
+// A new conversation: a system prompt and a user message of random words.
+inline nlohmann::ordered_json new_conversation(std::mt19937& g) {
+  return nlohmann::ordered_json::array({{{"role", "system"}, {"content", "sys " + random_words(g)}},
+                                        {{"role", "user"}, {"content", random_words(g)}}});
 }
 
 // A request for `prompt` asking for logprobs, greedy or sampled with `seed`.

@@ -130,23 +130,15 @@ TEST(DiskCache, SpillsUnderMemoryPressureAreExact) {
   Engine e(m.be, &m.tok, with_disk(d, one_session));
   std::mt19937 g(11);
   std::vector<json> convs;
-  const char* words[] = {"rivers", "cats", "why?", "again", "more", "tea", "Paris", "no"};
-  auto text = [&] {
-    std::string s;
-    for (int i = 0, n = 1 + int(g() % 5); i < n; ++i) s += std::string(words[g() % 8]) + " ";
-    return s;
-  };
   int64_t from_disk = 0;
   for (int step = 0; step < 24; ++step) {
     const int op = int(g() % 4);
-    if (convs.size() < 3 || op == 0)
-      convs.push_back(json::array({{{"role", "system"}, {"content", "sys " + text()}},
-                                   {{"role", "user"}, {"content", text()}}}));
+    if (convs.size() < 3 || op == 0) convs.push_back(new_conversation(g));
     size_t at = g() % convs.size();
     if (op == 1 && convs[at].size() > 3) {  // branch from an earlier turn
       json b = json::array();
       for (size_t i = 0; i + 2 < convs[at].size(); ++i) b.push_back(convs[at][i]);
-      b.push_back({{"role", "user"}, {"content", text()}});
+      b.push_back({{"role", "user"}, {"content", random_words(g)}});
       convs.push_back(b);
       at = convs.size() - 1;
     }
@@ -156,7 +148,7 @@ TEST(DiskCache, SpillsUnderMemoryPressureAreExact) {
     from_disk += a.result.disk_tokens;
     EXPECT_LE(e.cache().bytes(), one_session);
     convs[at].push_back({{"role", "assistant"}, {"content", a.content}});
-    convs[at].push_back({{"role", "user"}, {"content", text()}});
+    convs[at].push_back({{"role", "user"}, {"content", random_words(g)}});
   }
   EXPECT_GT(from_disk, 100);
   EXPECT_GT(e.disk()->stats().hits, 3u);

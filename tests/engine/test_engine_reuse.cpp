@@ -95,25 +95,18 @@ TEST(EngineReuse, EditedAndBranchedTurnsUnderMemoryPressureAreExact) {
   Pair p(m, o);
   std::mt19937 g(9);
   std::vector<json> convs;
-  const char* words[] = {"rivers", "cats", "why?", "again", "more", "tea", "Paris", "no"};
-  auto text = [&] {
-    std::string s;
-    for (int i = 0, n = 1 + int(g() % 5); i < n; ++i) s += std::string(words[g() % 8]) + " ";
-    return s;
-  };
   for (int step = 0; step < 40; ++step) {
     const int op = int(g() % 5);
     if (convs.empty() || op == 0) {  // a new conversation
-      convs.push_back(json::array({{{"role", "system"}, {"content", "sys " + text()}},
-                                   {{"role", "user"}, {"content", text()}}}));
+      convs.push_back(new_conversation(g));
     }
     size_t at = g() % convs.size();
     if (op == 1 && convs[at].size() > 2)
-      convs[at].back()["content"] = text();  // edit the last turn
-    if (op == 2 && convs[at].size() > 3) {   // branch from an earlier turn
+      convs[at].back()["content"] = random_words(g);  // edit the last turn
+    if (op == 2 && convs[at].size() > 3) {            // branch from an earlier turn
       json b = json::array();
       for (size_t i = 0; i + 2 < convs[at].size(); ++i) b.push_back(convs[at][i]);
-      b.push_back({{"role", "user"}, {"content", text()}});
+      b.push_back({{"role", "user"}, {"content", random_words(g)}});
       convs.push_back(b);
       at = convs.size() - 1;
     }
@@ -124,7 +117,7 @@ TEST(EngineReuse, EditedAndBranchedTurnsUnderMemoryPressureAreExact) {
     EXPECT_LE(p.cached.cache().bytes(), o.cache_bytes) << "step " << step;
     if (op != 3) {  // op 3 regenerates: the same prompt again next time
       now.push_back({{"role", "assistant"}, {"content", a.content}});
-      now.push_back({{"role", "user"}, {"content", text()}});
+      now.push_back({{"role", "user"}, {"content", random_words(g)}});
     }
   }
 }
