@@ -2,7 +2,8 @@
 // (tests/cuda): session state saved, restored and forked gives the very
 // logits of an uninterrupted run, also through the disk cache's bytes; a
 // completion split over several generate() calls is the completion of one
-// call; sampling histories are bounded.
+// call; sequences decoded together by step() are decoded as alone; sampling
+// histories are bounded.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/sampler.h"
 #include "core/error.h"
 
 namespace tern::test {
@@ -118,6 +120,67 @@ inline void check_split_generation(Backend& be, const SamplingParams& p) {
   EXPECT_EQ(whole.size(), 40u);
   EXPECT_EQ(run({7, 13, 1, 19}), whole);
   EXPECT_EQ(run({1, 1, 38}), whole);
+}
+
+// Sequences of different lengths and sampling decoded together by step(),
+// joining and leaving between steps: each one's choices and the raw logits
+// they were drawn from are bit for bit those of one generate() call alone.
+inline void check_step_equals_alone(Backend& be) {
+  const int V = be.config().vocab;
+  struct Case {
+    std::vector<int32_t> prompt;
+    SamplingParams p;
+    int n, join;  // tokens, and the step it joins at
+  };
+  const Case cases[] = {{ids_from(5, 3, V), {}, 12, 0},
+                        {ids_from(17, 8, V), chat_sampling(4), 9, 0},
+                        {ids_from(40, 2, V), chat_sampling(5), 6, 3},
+                        {ids_from(2, 9, V), {}, 3, 5}};
+  struct Run {
+    std::unique_ptr<Sequence> seq;
+    std::vector<int32_t> ids;
+    std::vector<std::vector<float>> logits;
+    GenerateHooks hooks;
+  };
+  auto begin = [&](const Case& c, Run& r) {
+    r.seq = be.new_sequence();
+    std::vector<float> none;
+    be.forward(*r.seq, std::span(c.prompt).first(c.prompt.size() - 1), Logits::none, none);
+    be.start_sampling(*r.seq, c.p, c.prompt);
+    r.hooks.on_logits = [&r](std::span<const float> l) {
+      r.logits.emplace_back(l.begin(), l.end());
+    };
+  };
+  std::vector<Run> alone(std::size(cases)), together(std::size(cases));
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    begin(cases[i], alone[i]);
+    be.generate(
+        *alone[i].seq, cases[i].prompt.back(), cases[i].n,
+        [&](int32_t t) {
+          alone[i].ids.push_back(t);
+          return true;
+        },
+        alone[i].hooks);
+  }
+  for (int k = 0;; ++k) {
+    std::vector<StepRow> rows;
+    std::vector<size_t> of;
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      Run& r = together[i];
+      if (k == cases[i].join) begin(cases[i], r);
+      if (k < cases[i].join || int(r.ids.size()) == cases[i].n) continue;
+      rows.push_back(
+          {r.seq.get(), r.ids.empty() ? cases[i].prompt.back() : r.ids.back(), &r.hooks});
+      of.push_back(i);
+    }
+    if (rows.empty()) break;
+    be.step(rows);
+    for (size_t j = 0; j < rows.size(); ++j) together[of[j]].ids.push_back(rows[j].next);
+  }
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(together[i].ids, alone[i].ids) << "sequence " << i;
+    EXPECT_EQ(together[i].logits, alone[i].logits) << "sequence " << i;
+  }
 }
 
 inline void check_history_bounds(Backend& be) {

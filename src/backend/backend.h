@@ -64,6 +64,14 @@ struct GenerateHooks {
   std::function<void(std::span<const float>)> on_logits;
 };
 
+// One sequence's row of a decode step over several (Backend::step).
+struct StepRow {
+  Sequence* seq;
+  int32_t token;               // fed to seq
+  const GenerateHooks* hooks;  // its constraint and on_logits
+  int32_t next = -1;           // the token chosen after it
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,6 +99,13 @@ class Backend {
   virtual void generate(Sequence& seq, int32_t first, int max_tokens,
                         const std::function<bool(int32_t)>& on_token,
                         const GenerateHooks& hooks = {});
+  // One decode step of several sequences (continuous batching; each one's
+  // completion started by start_sampling): feeds each row's token to its
+  // sequence and chooses its next token as generate() for one token would,
+  // with the row's own sampler, constraint and on_logits. A row's logits and
+  // choice are bit for bit what they would be alone, whatever the other rows.
+  // The default runs generate() for one token a row.
+  virtual void step(std::span<StepRow> rows);
   // Session reuse. The state of `seq` as it is now.
   virtual std::unique_ptr<SequenceState> save(const Sequence& seq) = 0;
   // Rewinds `seq` to st.length() tokens, whose tokens must be the ones `st`
@@ -124,6 +139,10 @@ class Backend {
   virtual void export_state(const SequenceState& st, const ByteSink& out) const = 0;
   virtual std::unique_ptr<SequenceState> import_state(int64_t length, const ByteSource& in) = 0;
 
+  // Tokens a lone stream asks of one generate() call while other requests
+  // may join between calls (each call's start costs the CUDA backend's
+  // pipeline a bubble; elsewhere a call is just its steps).
+  virtual int generate_slice() const { return 1; }
   // The longest prefill call the engine makes (the cancellation latency of a
   // prefill is one such call).
   virtual int64_t prefill_chunk() const { return 512; }

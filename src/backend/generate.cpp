@@ -68,4 +68,15 @@ void Backend::generate(Sequence& seq, int32_t first, int max_tokens,
   }
 }
 
+void Backend::step(std::span<StepRow> rows) {
+  for (StepRow& r : rows)
+    generate(
+        *r.seq, r.token, 1,
+        [&](int32_t t) {
+          r.next = t;
+          return true;
+        },
+        *r.hooks);
+}
+
 }  // namespace tern

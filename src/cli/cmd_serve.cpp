@@ -39,7 +39,8 @@ struct ServeCmd {
   ModelOptions model;
   server::ServeOptions http;
   int64_t ctx_size = 0;
-  size_t max_queue = 8;  // below --threads: each waiting request holds a worker
+  size_t max_queue = 8;  // parallel + max_queue below --threads: each request holds a worker
+  int parallel = 4;
   std::string cache_mem = "4G";
   DiskCacheFlags disk;
   int64_t snapshot_every = 4096;
@@ -48,6 +49,29 @@ struct ServeCmd {
   std::string api_key_file;
   int idle_timeout = 30, header_timeout = 10, body_timeout = 60;  // seconds
 };
+
+// The scheduler's gauges: queue, running requests, decode steps by how many
+// requests they carried, and the time decoding requests waited for prefill.
+void add_scheduler_metrics(server::Metrics& metrics, const Scheduler& scheduler) {
+  metrics.gauge("tern_queue_depth", "Requests waiting for the engine.",
+                [&] { return double(scheduler.waiting()); });
+  metrics.gauge("tern_requests_running", "Requests the engine is running (up to --parallel).",
+                [&] { return double(scheduler.running()); });
+  metrics.histogram("tern_step_batch_size", "Requests in each decode step.", [&] {
+    const SchedulerStats st = scheduler.stats();
+    server::Metrics::HistogramReading h;
+    for (size_t r = 1; r < st.steps.size(); ++r) {
+      h.bounds.push_back(double(r));
+      h.counts.push_back(st.steps[r]);
+      h.sum += double(r * st.steps[r]);
+    }
+    h.counts.push_back(0);  // +Inf: a step carries --parallel requests at most
+    return h;
+  });
+  metrics.counter("tern_prefill_stall_seconds_total",
+                  "Seconds decoding requests waited for other requests' prefill calls.",
+                  [&] { return scheduler.stats().prefill_stall_seconds; });
+}
 
 // --api-key-file's first line (without the line end).
 std::string read_api_key(const std::string& path) {
@@ -170,14 +194,13 @@ int serve(const ServeCmd& o) {
       },
       eo);
   Engine engine(*backend, &tok, eo);
-  if (o.max_queue + 1 >= size_t(o.http.limits.workers))
-    spdlog::warn("--max-queue {} with --threads {}: the queue never fills, so no 429 is sent",
-                 o.max_queue, o.http.limits.workers);
-  Scheduler scheduler(engine, o.max_queue);
-  metrics.gauge("tern_queue_depth", "Requests waiting for the engine.",
-                [&] { return double(scheduler.waiting()); });
-  metrics.gauge("tern_requests_running", "Requests the engine is running (0 or 1).",
-                [&] { return scheduler.busy() ? 1.0 : 0.0; });
+  if (size_t(o.parallel) + o.max_queue >= size_t(o.http.limits.workers))
+    spdlog::warn(
+        "--parallel {} and --max-queue {} with --threads {}: the queue never fills, so no 429 is "
+        "sent",
+        o.parallel, o.max_queue, o.http.limits.workers);
+  Scheduler scheduler(engine, o.max_queue, o.parallel);
+  add_scheduler_metrics(metrics, scheduler);
   metrics.gauge("tern_cache_bytes", "Memory held by the session cache.",
                 [&] { return double(engine.cache().bytes()); });
   metrics.gauge("tern_cache_budget_bytes", "The session cache's budget (--cache-mem).",
@@ -190,9 +213,10 @@ int serve(const ServeCmd& o) {
                                     : o.dummy);
   tok.cache_segments(kSegmentCacheBytes);  // each turn re-sends the history's text
   http.ready(scheduler, {&tok, names, engine.ctx_size(), &grammars, engine.end_ids()});
-  spdlog::info("serving {} on http://{}:{} ({} backend, context {}, cache {}{})",
-               fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
-               o.cache_mem, eo.cache_dir.empty() ? "" : ", disk cache " + eo.cache_dir);
+  spdlog::info(
+      "serving {} on http://{}:{} ({} backend, context {}, {} requests at once, cache {}{})",
+      fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
+      o.parallel, o.cache_mem, eo.cache_dir.empty() ? "" : ", disk cache " + eo.cache_dir);
 
   signals.loaded();
   const int sig = signals.wait();
@@ -219,6 +243,10 @@ Runner add_serve(CLI::App& app) {
                   "to other users in the process list; so is TERN_API_KEY");
   cmd->add_option("--ctx-size", o->ctx_size, "Prompt + completion tokens at most (0: the model's)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--parallel", o->parallel,
+                  "Requests generating at once (continuous batching; each one's output is what "
+                  "it would be alone)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting at most (then 429)")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 4G, 512M (0: no reuse)");

@@ -2,8 +2,9 @@
 // request's prompt served from the session cache where it can be, the rest
 // prefilled by plan (prefill_plan.h, snapshots on the way), then streamed
 // tokens detokenized, parsed into reasoning / content / tool calls, cut at
-// stop strings and end tokens, with usage and timings at the end. One engine
-// runs one request at a time on the thread that owns the backend.
+// stop strings and end tokens, with usage and timings at the end. An engine
+// runs its requests (streams) on the thread that owns the backend, one alone
+// (run) or several in decode steps together (step; the Scheduler).
 #pragma once
 
 #include <functional>
@@ -15,6 +16,7 @@
 #include "engine/prefill_plan.h"
 #include "engine/request.h"
 #include "engine/session_cache.h"
+#include "engine/stream.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
@@ -40,6 +42,8 @@ class Engine {
   // Runs r to its end, calling on_delta with each piece of output. Throws
   // tern::Error on bad input (a token outside the vocabulary, a prompt too long).
   Result run(const Request& r, const std::function<void(Delta&&)>& on_delta);
+  // One decode step of several streams in their decode phase (Backend::step).
+  void step(std::span<Stream* const> streams);
 
   Backend& backend() { return be_; }
   const Tokenizer* tokenizer() const { return tok_; }
@@ -53,6 +57,7 @@ class Engine {
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
 
  private:
+  friend class Stream;
   Backend& be_;
   const Tokenizer* tok_;
   PrefillPolicy policy_;

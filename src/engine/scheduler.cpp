@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace tern {
 
 Job::Job(Request r) : req_(std::move(r)) {
@@ -34,15 +36,18 @@ std::optional<Job::Event> Job::next(std::chrono::milliseconds timeout) {
   return e;
 }
 
-Scheduler::Scheduler(Engine& engine, size_t max_queue)
-    : engine_(engine), max_queue_(max_queue), thread_([this] { loop(); }) {}
+Scheduler::Scheduler(Engine& engine, size_t max_queue, int parallel)
+    : engine_(engine), max_queue_(max_queue), parallel_(std::max(1, parallel)) {
+  stats_.steps.assign(size_t(parallel_) + 1, 0);
+  thread_ = std::thread([this] { loop(); });
+}
 
 Scheduler::~Scheduler() {
   {
     std::lock_guard lock(m_);
     stop_ = true;
     for (auto& j : queue_) j->cancel();
-    if (current_) current_->cancel();  // a stop must not wait for a prefill nobody reads
+    for (auto& j : running_) j->cancel();  // a stop must not wait for a prefill nobody reads
   }
   cv_.notify_all();
   thread_.join();
@@ -80,42 +85,132 @@ size_t Scheduler::waiting() const {
   return queue_.size();
 }
 
-bool Scheduler::busy() const {
+size_t Scheduler::running() const {
   std::lock_guard lock(m_);
-  return running_;
+  return running_.size();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(m_);
+  return stats_;
 }
 
 void Scheduler::loop() {
-  for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock lock(m_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      job = std::move(queue_.front());
+  std::vector<std::unique_ptr<Active>> active;
+  while (admit(active)) advance(active);
+}
+
+bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
+  std::vector<std::unique_ptr<Active>> taken;
+  {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+    if (queue_.empty() && active.empty()) return false;  // stopping, nothing left
+    while (active.size() + taken.size() < size_t(parallel_) && !queue_.empty()) {
+      auto a = std::make_unique<Active>();
+      a->job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
-      current_ = job;
+      a->background = a->job == background_;
+      running_.push_back(a->job);
+      taken.push_back(std::move(a));
     }
-    job->mark_started();
-    Job::Event end;
-    try {
-      end.result = engine_.run(job->request(), [&](Delta&& d) {
-        Job::Event e;
-        e.delta = std::move(d);
-        job->push(std::move(e));
-      });
-    } catch (const std::exception& e) {
-      spdlog::error("request {} failed: {}", job->request().id, e.what());
-      end.error = e.what();
-    }
-    if (job->on_end_) job->on_end_(*job, end);
-    job->push(std::move(end));
-    std::lock_guard lock(m_);
-    running_ = false;
-    current_.reset();
-    if (background_ == job) background_.reset();
   }
+  for (auto& a : taken) {
+    start(*a);
+    if (a->stream) active.push_back(std::move(a));
+  }
+  return true;
+}
+
+void Scheduler::start(Active& a) {
+  a.job->mark_started();
+  Job& job = *a.job;
+  a.on_delta = [&job](Delta&& d) {
+    Job::Event e;
+    e.delta = std::move(d);
+    job.push(std::move(e));
+  };
+  try {
+    a.stream = std::make_unique<Stream>(engine_, job.request(), a.on_delta);
+  } catch (const std::exception& e) {
+    fail(a, e);
+  }
+}
+
+void Scheduler::advance(std::vector<std::unique_ptr<Active>>& active) {
+  using Clock = std::chrono::steady_clock;
+  auto in = [](const Active& a, Stream::Phase p) { return a.stream && a.stream->phase() == p; };
+  // One prefill call: the oldest request still prefilling; background work
+  // only when no request runs, unless cancelled (its call then just ends it).
+  const bool requests = std::any_of(active.begin(), active.end(),
+                                    [](const auto& a) { return a->stream && !a->background; });
+  const auto pre = std::find_if(active.begin(), active.end(), [&](const auto& a) {
+    return in(*a, Stream::Phase::prefill) &&
+           (!a->background || !requests || a->job->request().cancelled->load());
+  });
+  std::vector<Active*> decoding;
+  for (auto& a : active)
+    if (in(*a, Stream::Phase::decode)) decoding.push_back(a.get());
+  if (pre != active.end()) {
+    const auto t0 = Clock::now();
+    try {
+      (*pre)->stream->prefill();
+    } catch (const std::exception& e) {
+      fail(**pre, e);
+    }
+    std::lock_guard lock(m_);
+    stats_.prefill_stall_seconds +=
+        std::chrono::duration<double>(Clock::now() - t0).count() * double(decoding.size());
+  }
+  // One decode step of every request decoding; alone, a few.
+  if (!decoding.empty()) {
+    try {
+      if (active.size() == 1) {
+        Stream& s = *decoding[0]->stream;
+        const int64_t before = s.generated();
+        s.generate(engine_.backend().generate_slice());
+        std::lock_guard lock(m_);
+        stats_.steps[1] += uint64_t(s.generated() - before);
+      } else {
+        std::vector<Stream*> streams;
+        for (Active* a : decoding) streams.push_back(a->stream.get());
+        engine_.step(streams);
+        std::lock_guard lock(m_);
+        stats_.steps[streams.size()]++;
+      }
+    } catch (const std::exception& e) {
+      for (Active* a : decoding) fail(*a, e);
+    }
+  }
+  for (auto& a : active) {
+    if (!in(*a, Stream::Phase::done)) continue;
+    Job::Event ev;
+    try {
+      ev.result = a->stream->finish();
+    } catch (const std::exception& e) {
+      fail(*a, e);
+      continue;
+    }
+    a->stream.reset();
+    end(*a, std::move(ev));
+  }
+  std::erase_if(active, [](const auto& a) { return !a->stream; });
+}
+
+void Scheduler::fail(Active& a, const std::exception& e) {
+  spdlog::error("request {} failed: {}", a.job->request().id, e.what());
+  a.stream.reset();  // its session is dropped, not cached
+  Job::Event ev;
+  ev.error = e.what();
+  end(a, std::move(ev));
+}
+
+void Scheduler::end(Active& a, Job::Event e) {
+  if (a.job->on_end_) a.job->on_end_(*a.job, e);
+  a.job->push(std::move(e));
+  std::lock_guard lock(m_);
+  std::erase(running_, a.job);
+  if (background_ == a.job) background_.reset();
 }
 
 }  // namespace tern

@@ -76,6 +76,12 @@ void Metrics::counter(const std::string& name, const std::string& help,
   gauges_.push_back({name, help, "counter", std::move(read)});
 }
 
+void Metrics::histogram(const std::string& name, const std::string& help,
+                        std::function<HistogramReading()> read) {
+  std::lock_guard lock(m_);
+  histograms_.push_back({name, help, std::move(read)});
+}
+
 std::string Metrics::render() const {
   std::lock_guard lock(m_);
   std::string out;
@@ -100,7 +106,7 @@ std::string Metrics::render() const {
       "# TYPE tern_generations_total counter\n";
   for (const auto& [finish, n] : finishes_)
     out += fmt::format("tern_generations_total{{finish=\"{}\"}} {}\n", finish, n);
-  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+  auto histogram = [&](const std::string& name, const std::string& help, const Histogram& h) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
     uint64_t cum = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i)
@@ -110,6 +116,12 @@ std::string Metrics::render() const {
   };
   histogram("tern_time_to_first_token_seconds", "Request start to its first token.", ttft_);
   histogram("tern_token_latency_seconds", "Time between successive generated tokens.", token_);
+  for (const ReadHistogram& r : histograms_) {
+    HistogramReading h = r.read();
+    Histogram as{std::move(h.bounds), std::move(h.counts), h.sum, 0};
+    for (uint64_t c : as.counts) as.n += c;
+    histogram(r.name, r.help, as);
+  }
   for (const Gauge& g : gauges_)
     out +=
         fmt::format("# HELP {0} {1}\n# TYPE {0} {3}\n{0} {2}\n", g.name, g.help, g.read(), g.type);

@@ -28,6 +28,15 @@ class Metrics {
   // Gauges and counters kept elsewhere, read at each scrape.
   void gauge(const std::string& name, const std::string& help, std::function<double()> read);
   void counter(const std::string& name, const std::string& help, std::function<double()> read);
+  // A histogram kept elsewhere: counts per bucket of `bounds` (not cumulative,
+  // +Inf last) and the sum of the observations, read at each scrape.
+  struct HistogramReading {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;
+    double sum = 0;
+  };
+  void histogram(const std::string& name, const std::string& help,
+                 std::function<HistogramReading()> read);
   std::string render() const;
 
  private:
@@ -50,6 +59,11 @@ class Metrics {
     std::function<double()> read;
   };
   std::vector<Gauge> gauges_;
+  struct ReadHistogram {
+    std::string name, help;
+    std::function<HistogramReading()> read;
+  };
+  std::vector<ReadHistogram> histograms_;
 };
 
 }  // namespace tern::server

@@ -28,6 +28,10 @@ TEST(CpuSession, SplitGenerationEqualsOneCall) {
   check_split_generation(*be, chat_sampling(9));
 }
 
+TEST(CpuSession, SequencesSteppedTogetherDecodeAsAlone) {
+  check_step_equals_alone(*tiny_cpu(36));
+}
+
 TEST(CpuSession, SamplingHistoryIsBounded) {
   check_history_bounds(*tiny_cpu(33));
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/sampler.h"
+#include "backend_checks.h"
 #include "backends/cpu/context.h"
 #include "backends/cpu/fast_backend.h"
 #include "backends/cpu/moe_layer.h"
@@ -159,6 +160,12 @@ TEST_P(FastBackend, DecodeAllocatesNothingPerToken) {
   for (int i = 0; i < 30; ++i) fast.forward(*s, std::span(&next, 1), Logits::last, logits);
   g_counting = false;
   EXPECT_EQ(g_allocations.load(), 0);
+}
+
+// Decode steps over several sequences (Backend::step): each row as alone.
+TEST_P(FastBackend, SequencesSteppedTogetherDecodeAsAlone) {
+  FastCpuBackend fast(tiny(), GetParam());
+  test::check_step_equals_alone(fast);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, FastBackend, testing::ValuesIn(cpu::supported_isas()), isa_label);

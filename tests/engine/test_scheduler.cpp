@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <latch>
+#include <thread>
 
 #include "backends/scripted_backend.h"
 #include "chat/next_turn.h"
@@ -21,6 +22,13 @@ using json = nlohmann::ordered_json;
 Job::Event end_of(Job& job) {
   for (;;)
     if (auto e = job.next(std::chrono::milliseconds(50)); e && !e->delta) return *e;
+}
+
+// Whether the job has ended, without waiting (its deltas consumed).
+bool ended_now(Job& job) {
+  while (auto e = job.next(std::chrono::milliseconds(0)))
+    if (!e->delta) return true;
+  return false;
 }
 
 struct Fixture {
@@ -96,6 +104,36 @@ TEST(Scheduler, BackgroundWorkWaitsBehindNothingAndYieldsToRequests) {
   EXPECT_NE(ec.result->finish, Finish::cancelled);
   EXPECT_GT(ec.result->completion_tokens, 0);
   end_of(*held);
+}
+
+// Beside a running request (two slots), background work waits; one
+// superseded by the next is cancelled and ends at once, and the latest runs
+// when the request is done.
+TEST(Scheduler, BackgroundWorkBesideARequestRunsOnlyAfterIt) {
+  TinyModel m(53);
+  Engine e(m.be, &m.tok, EngineOptions{});
+  Scheduler sched(e, 8, 2);
+  Request r =
+      request(m.chat(json::array({{{"role", "user"}, {"content", "go on"}}})), 1, false, 200);
+  r.ignore_eos = true;
+  auto run = sched.submit(r);
+  while (!run->started()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Request bg = prefill_only(m.chat(json::array({{{"role", "user"}, {"content", "rivers"}}})));
+  auto b1 = sched.submit_background(bg);
+  ASSERT_TRUE(b1);
+  while (!b1->started()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto b2 = sched.submit_background(bg);  // supersedes b1
+  ASSERT_TRUE(b2);
+  const Job::Event e1 = end_of(*b1);
+  ASSERT_TRUE(e1.result);
+  EXPECT_EQ(e1.result->finish, Finish::cancelled);
+  // b1 ended at once, b2 waits for the request.
+  if (ended_now(*run)) FAIL() << "the cancelled background work waited for the request";
+  if (ended_now(*b2)) FAIL() << "background work ran beside a request";
+  const Job::Event er = end_of(*run), e2 = end_of(*b2);
+  ASSERT_TRUE(er.result && e2.result);
+  EXPECT_EQ(er.result->completion_tokens, 200);
+  EXPECT_NE(e2.result->finish, Finish::cancelled);
 }
 
 // The next turn's prompt, rendered and encoded, begins with the prefix, which

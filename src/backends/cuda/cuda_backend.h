@@ -58,6 +58,8 @@ class CudaBackend : public Backend {
   size_t sequence_bytes(const Sequence& seq) const override;
   // The device's compute capability and SM count (launch splits follow it)
   // and the prefill options.
+  // A new request waits at most this many of a lone stream's steps (~20 ms).
+  int generate_slice() const override { return 16; }
   std::string numerics_id() const override;
   // Whole 16-position KV chunks (layout.h) covering [from, to).
   size_t kv_bytes(int64_t from, int64_t to) const override;
