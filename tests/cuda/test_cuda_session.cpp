@@ -62,6 +62,12 @@ TEST(CudaSession, DiskCacheBytesRoundTripExactly) {
   check_bytes_round_trip(be);
 }
 
+TEST(CudaSession, SequencesSteppedTogetherDecodeAsAlone) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend be(tiny_dummy_weights());
+  check_step_equals_alone(be);
+}
+
 TEST(CudaSession, SplitGenerationEqualsOneCall) {
   TERN_REQUIRE_GPU();
   cuda::CudaBackend be(tiny_dummy_weights());
