@@ -29,6 +29,7 @@
 #include "backends/cpu/memory_bandwidth.h"
 #include "backends/cuda/leave_out.h"
 #include "backends/factory.h"
+#include "cli/bench_concurrency.h"
 #include "cli/bench_prefill.h"
 #include "cli/bench_restore.h"
 #include "cli/bench_timing.h"
@@ -54,7 +55,7 @@ constexpr const char* kDefaultBackend = "cpu";
 
 struct BenchOptions {
   std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
-  std::string restore, cache_dir;
+  std::string restore, cache_dir, concurrency;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false, mmap = false;
@@ -68,7 +69,7 @@ struct BenchOptions {
 
 // The lengths asked for; decode at 256..4096 when neither flag is given.
 struct Lengths {
-  std::vector<int64_t> prefill, decode, restore;
+  std::vector<int64_t> prefill, decode, restore, concurrency;
 };
 
 Lengths parse_bench_lengths(const BenchOptions& o) {
@@ -78,6 +79,13 @@ Lengths parse_bench_lengths(const BenchOptions& o) {
     if (!o.prefill.empty() || !o.decode.empty())
       fail("tern bench: --restore runs alone (no --prefill or --decode)");
     l.restore = parse_lengths(o.restore, "--restore");
+    return l;
+  }
+  if (!o.concurrency.empty()) {
+    if (!o.prefill.empty())
+      fail("tern bench: --concurrency takes --decode's contexts, not --prefill");
+    l.concurrency = parse_lengths(o.concurrency, "--concurrency");
+    l.decode = parse_lengths(o.decode.empty() ? "4096" : o.decode, "--decode");
     return l;
   }
   if (!o.decode.empty() || o.prefill.empty())
@@ -363,28 +371,43 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
 }
 #endif
 
-// --restore on any backend: a checkpoint, or (CUDA) random weights.
-int run_restore(const BenchOptions& o, const std::vector<int64_t>& lengths) {
+// The backend of --restore and --concurrency: a checkpoint, or (CUDA) random weights.
+std::unique_ptr<Backend> engine_bench_backend(const BenchOptions& o, const char* flag) {
   if (o.model.empty() == o.dummy.empty())
     fail("tern bench: give exactly one of --model and --dummy");
-  if (!o.plot.empty()) fail("tern bench: --plot draws decode or prefill speed, not --restore's");
-  std::unique_ptr<Backend> be;
-  if (!o.dummy.empty()) {
-    be = make_dummy_backend(o.backend, o.dummy, o.seed);
-  } else {
-    auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
-    prepare_weights(o.backend, *w);
-    be = make_backend(o.backend, w);
-  }
+  if (!o.plot.empty()) fail("tern bench: --plot draws decode or prefill speed, not {}'s", flag);
+  if (!o.dummy.empty()) return make_dummy_backend(o.backend, o.dummy, o.seed);
+  auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
+  prepare_weights(o.backend, *w);
+  return make_backend(o.backend, w);
+}
+
+nlohmann::json engine_bench_json(const BenchOptions& o, const Backend& be) {
+  return {{"command", o.command},
+          {"git_revision", o.rev},
+          {"backend", o.backend},
+          {"numerics", be.numerics_id()},
+          {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy}};
+}
+
+int run_restore(const BenchOptions& o, const std::vector<int64_t>& lengths) {
+  auto be = engine_bench_backend(o, "--restore");
   std::printf("backend %s (%s); loads from the disk cache against prefill\n", o.backend.c_str(),
               be->numerics_id().c_str());
-  nlohmann::json j = {{"command", o.command},
-                      {"git_revision", o.rev},
-                      {"backend", o.backend},
-                      {"numerics", be->numerics_id()},
-                      {"model", o.dummy.empty() ? o.model : "dummy " + o.dummy}};
+  nlohmann::json j = engine_bench_json(o, *be);
   j.update(run_restore_bench(
       *be, {.lengths = lengths, .repeat = o.repeat, .seed = o.seed, .dir = o.cache_dir}));
+  write_outputs(o, j, {});
+  return 0;
+}
+
+int run_concurrency(const BenchOptions& o, const Lengths& l) {
+  auto be = engine_bench_backend(o, "--concurrency");
+  std::printf("backend %s (%s); requests decoding at once\n", o.backend.c_str(),
+              be->numerics_id().c_str());
+  nlohmann::json j = engine_bench_json(o, *be);
+  j.update(run_concurrency_bench(
+      *be, {.streams = l.concurrency, .contexts = l.decode, .gen = o.gen, .seed = o.seed}));
   write_outputs(o, j, {});
   return 0;
 }
@@ -393,6 +416,7 @@ int run_bench(const BenchOptions& o) {
   cuda::check_step_kernel_names({o.leave_out.begin(), o.leave_out.end()});
   const Lengths lengths = parse_bench_lengths(o);  // before the weights are made
   if (!lengths.restore.empty()) return run_restore(o, lengths.restore);
+  if (!lengths.concurrency.empty()) return run_concurrency(o, lengths);
   if (o.backend != "cuda") return run_cpu_bench(o, lengths);
 #ifdef TERN_HAVE_CUDA
   return run_cuda_bench(o, lengths);
@@ -423,6 +447,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--restore", o->restore,
                   "Comma-separated prompt lengths: prefill against loading the state back from "
                   "the disk cache (any backend; runs alone)");
+  cmd->add_option("--concurrency", o->concurrency,
+                  "Comma-separated request counts decoding at once through the scheduler, at "
+                  "--decode's contexts (default 4096), --gen tokens each (any backend)");
   cmd->add_option("--cache-dir", o->cache_dir,
                   "--restore: where its entries go (a subdirectory made and removed; default "
                   "$TMPDIR)");

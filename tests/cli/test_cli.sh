@@ -124,6 +124,15 @@ parts = [s[p] for p in ("norm", "gdn", "attention", "moe", "head")]
 assert all(p > 0 for p in parts) and sum(parts) <= s["whole_ms"] * 1.0001, s
 PY
 grep -q "<svg" "$W/bench.svg" && ok || bad "bench --plot on the CPU"
+# tern bench --concurrency: requests decoding at once through the scheduler.
+"$TERN" bench --model "$W/tiny" --backend cpu --concurrency 1,3 --decode 40 --gen 24 \
+  --json "$W/concurrency.json" >/dev/null 2>&1 || bad "bench --concurrency"
+python3 - "$W/concurrency.json" <<'PY' && ok || bad "bench --concurrency JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))["concurrency"]
+assert [x["streams"] for x in r] == [1, 3], r
+assert all(x["tok_s_aggregate"] > 0 and x["tokens_measured"] > 0 for x in r), r
+PY
 # tern bench --restore: prefill against loading from the disk cache (the repeat's tokens equal).
 "$TERN" bench --model "$W/tiny" --backend cpu --restore 100 --repeat 1 --cache-dir "$W" \
   --json "$W/restore.json" >/dev/null 2>&1 || bad "bench --restore"
