@@ -221,7 +221,9 @@ test("a client that goes away cancels its request; others go on", async () => {
   assert.ok(done < 200, `cancelled after ${done} tokens`);
   const ok = await client.chat.completions.create({ messages: user("still there?"), max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
-  // Non-streaming too.
+  // Non-streaming too. First the idle prefill of "still there?"'s next turn
+  // ends, so that the running request awaited below is this one.
+  await untilIdle(srv);
   const ctl2 = new AbortController();
   const p = client.chat.completions.create({ messages: user("Another long one"), max_tokens: 1500, temperature: 0, ignore_eos: true }, { signal: ctl2.signal }).catch(() => null);
   await untilMetric(srv, "tern_requests_running", 1);  // it started
