@@ -16,11 +16,17 @@ demo: build
 	BUILD=$(BUILD) ./scripts/demo.sh
 
 # Then the end-to-end runs of the fast CPU path again as a CPU without
-# AVX-512 runs them (tests/CMakeLists.txt, label "isa").
+# AVX-512 runs them (tests/CMakeLists.txt, label "isa"). The tests' scratch
+# folders live in a temp dir of this run's own, emptied first: checkpoints the
+# tests share are never a stale build's.
+TEST_TMP = $(abspath $(BUILD))/test-tmp
+TEST_ENV = TMPDIR=$(TEST_TMP) TEST_TMPDIR=$(TEST_TMP)
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	rm -rf $(TEST_TMP) && mkdir -p $(TEST_TMP)
+	$(TEST_ENV) ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	if grep -qw avx512f /proc/cpuinfo; then \
-	  TERN_CPU_ISA=avx2 ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -L isa; fi
+	  $(TEST_ENV) TERN_CPU_ISA=avx2 ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -L isa; fi
+	rm -rf $(TEST_TMP)
 
 clean:
 	rm -rf $(BUILD)

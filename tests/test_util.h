@@ -24,21 +24,16 @@ inline std::string scratch_dir(const std::string& name) {
   return p.string();
 }
 
-// A tiny random checkpoint, shared by the test processes: written into a
-// folder of this process' own and renamed into place whole, so that a test
-// running beside the writer (ctest -j) never reads a half-written one.
-inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
-  const std::string name =
-      std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") + std::to_string(seed);
+// A dummy checkpoint shared by the test processes under one name: written into
+// a folder of this process' own and renamed into place whole, so that a test
+// running beside the writer (ctest -j) never reads a half-written one, and
+// the suite leaves one folder per name however many processes ask for it.
+inline std::string shared_dummy(const std::string& name, DummyOptions o) {
   auto p = std::filesystem::path(testing::TempDir()) / ("tern_ckpt_" + name);
   if (!std::filesystem::exists(p / "config.json")) {
     std::string tmp = p.string();
     tmp.append(".").append(std::to_string(::getpid()));
     std::filesystem::remove_all(tmp);
-    DummyOptions o;
-    o.preset = "tiny";
-    o.layout = layout;
-    o.seed = seed;
     o.out_dir = tmp;
     make_dummy(o);
     std::error_code ec;
@@ -46,6 +41,16 @@ inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
     if (ec) std::filesystem::remove_all(tmp);
   }
   return p.string();
+}
+
+// A tiny random checkpoint.
+inline std::string tiny_checkpoint(Layout layout, uint64_t seed = 1) {
+  DummyOptions o;
+  o.preset = "tiny";
+  o.layout = layout;
+  o.seed = seed;
+  return shared_dummy(
+      std::string(layout == Layout::hf ? "tiny_hf_" : "tiny_mlx4_") + std::to_string(seed), o);
 }
 
 // n token ids below vocab, deterministic for a seed.

@@ -14,23 +14,18 @@
 #include "chat/chat_template.h"
 #include "checkpoint/dummy.h"
 #include "engine/engine.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::test {
 
-// The tiny dummy checkpoint with the Qwen3 tokenizer (one per test process and seed).
+// The tiny dummy checkpoint with the Qwen3 tokenizer.
 inline std::string tiny_with_tokenizer(uint64_t seed) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("tern_engine_tiny_" + std::to_string(seed) + "_" + std::to_string(getpid()));
-  if (!std::filesystem::exists(p / "config.json")) {
-    DummyOptions o;
-    o.preset = "tiny";
-    o.seed = seed;
-    o.out_dir = p.string();
-    o.tokenizer_dir = TERN_QWEN3_TOKENIZER;
-    make_dummy(o);
-  }
-  return p.string();
+  DummyOptions o;
+  o.preset = "tiny";
+  o.seed = seed;
+  o.tokenizer_dir = TERN_QWEN3_TOKENIZER;
+  return shared_dummy("tiny_tok_" + std::to_string(seed), o);
 }
 
 struct TinyModel {

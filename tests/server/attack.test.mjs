@@ -8,9 +8,8 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
-import os from "node:os";
 import path from "node:path";
-import { Server, TERN, TOKENIZER, makeDummy, post, sleep } from "./harness.mjs";
+import { Server, TERN, TOKENIZER, makeDummy, post, scratchDir, sleep } from "./harness.mjs";
 
 const MiB = 1 << 20;
 const KEY = "sk-attack-test-key";
@@ -75,7 +74,7 @@ test("start-up errors exit with status 1 and a message", async () => {
 
 test("a load that fails after listening exits too", async () => {
   // A checkpoint folder whose weights are missing: found only by the loader.
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tern-broken-"));
+  const dir = scratchDir("tern-broken-");
   for (const f of fs.readdirSync(model))
     if (!f.endsWith(".safetensors")) fs.copyFileSync(path.join(model, f), path.join(dir, f));
   const p = spawn(TERN, ["serve", "--port", "0", "--model", dir], { stdio: ["ignore", "ignore", "pipe"] });
@@ -200,7 +199,7 @@ test("the Host check: any case, no suffix after [::1], none at all for HTTP/1.0"
 });
 
 test("--api-key-file: the key from a file, not the command line", async () => {
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tern-key-")), "key");
+  const file = path.join(scratchDir("tern-key-"), "key");
   fs.writeFileSync(file, "sk-from-file\n");
   const s = await new Server(model, ["--api-key-file", file]).start();
   assert.doesNotMatch(fs.readFileSync(`/proc/${s.pid()}/cmdline`, "utf8"), /sk-from-file/);

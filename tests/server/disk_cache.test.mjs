@@ -9,9 +9,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { Server, makeDummy, metric, untilIdle, untilMetric } from "./harness.mjs";
+import { Server, makeDummy, metric, scratchDir, untilIdle, untilMetric } from "./harness.mjs";
 
 const model = makeDummy(1);
 const common = ["--ctx-size", "2048", "--snapshot-every", "64"];
@@ -21,7 +20,7 @@ before(async () => {
 });
 after(async () => cold.stop());
 
-const newDir = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tern-disk-")), "cache");
+const newDir = () => path.join(scratchDir("tern-disk-"), "cache");
 const entries = (dir, ext) => fs.readdirSync(dir).filter((f) => f.endsWith(ext)).map((f) => path.join(dir, f));
 const withDisk = (dir, ...more) => new Server(model, [...common, "--cache-dir", dir, ...more]);
 

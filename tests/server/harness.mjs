@@ -16,8 +16,20 @@ const npm = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..
 export const OpenAI = require(path.join(npm, "openai")).default;
 export const Anthropic = require(path.join(npm, "@anthropic-ai/sdk")).default;
 
+// A fresh folder under the temp dir, removed when the test file's process
+// exits (the suite makes a checkpoint per file: left behind, they pile up).
+const scratch = [];
+process.on("exit", () => {
+  for (const d of scratch) fs.rmSync(d, { recursive: true, force: true });
+});
+export function scratchDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  scratch.push(dir);
+  return dir;
+}
+
 export function makeDummy(seed = 1, preset = "tiny") {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tern-serve-"));
+  const dir = scratchDir("tern-serve-");
   const r = spawnSync(TERN, ["make-dummy", "--preset", preset, "--seed", String(seed), "--out", dir,
                              "--tokenizer", TOKENIZER], { encoding: "utf8" });
   if (r.status !== 0) throw new Error("make-dummy failed: " + r.stderr);
@@ -25,7 +37,7 @@ export function makeDummy(seed = 1, preset = "tiny") {
 }
 
 export function writeScript(entries) {
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tern-script-")), "script.jsonl");
+  const file = path.join(scratchDir("tern-script-"), "script.jsonl");
   fs.writeFileSync(file, entries.map((e) => JSON.stringify(e)).join("\n") + "\n");
   return file;
 }
