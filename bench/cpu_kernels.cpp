@@ -313,7 +313,8 @@ void run_gdn(const Kernels& k, ThreadPool& pool, const std::string& only) {
     for (int t = 0; t < kTokens; ++t)
       for (int l = 0; l < kLayers; ++l) {
         act.set(pool, k, x.data(), c.hidden, 1, c.hidden, true);
-        gdn.forward(ctx, c, w[size_t(l)], conv_t[size_t(l)], act, 1, st[size_t(l)], out.data());
+        const SeqRows rows[] = {{0, 1, t, &st[size_t(l)], nullptr}};
+        gdn.forward(ctx, c, w[size_t(l)], conv_t[size_t(l)], act, 1, rows, out.data());
       }
   };
   fn();

@@ -132,10 +132,14 @@ inline void check_step_equals_alone(Backend& be) {
     SamplingParams p;
     int n, join;  // tokens, and the step it joins at
   };
-  const Case cases[] = {{ids_from(5, 3, V), {}, 12, 0},
-                        {ids_from(17, 8, V), chat_sampling(4), 9, 0},
-                        {ids_from(40, 2, V), chat_sampling(5), 6, 3},
-                        {ids_from(2, 9, V), {}, 3, 5}};
+  // Up to 12 rows a step (past the CPU kernels' tiles of 8 tokens).
+  std::vector<Case> cases = {{ids_from(5, 3, V), {}, 12, 0},
+                             {ids_from(17, 8, V), chat_sampling(4), 9, 0},
+                             {ids_from(40, 2, V), chat_sampling(5), 6, 3},
+                             {ids_from(2, 9, V), {}, 3, 5}};
+  for (int i = 0; i < 8; ++i)
+    cases.push_back({ids_from(3 + 7 * i, 11 + i, V),
+                     i % 2 ? chat_sampling(6 + i) : SamplingParams{}, 4 + i % 3, i % 4});
   struct Run {
     std::unique_ptr<Sequence> seq;
     std::vector<int32_t> ids;

@@ -154,6 +154,11 @@ class Backend {
   void check_ids(std::span<const int32_t> ids) const;
 
  protected:
+  // The next token of seq's completion (started) from the logits of its last
+  // token, as generate() chooses it: on_logits, the constraint's mask (into
+  // `mask`, reused), the sampler; the constraint then accepts it.
+  int32_t choose(Sequence& seq, std::span<float> logits, const GenerateHooks& hooks,
+                 std::vector<uint32_t>& mask);
   // A forward() call's tokens: at least one, within the model's positions
   // after seq's, each in the vocabulary (tern::Error otherwise).
   void check_tokens(const Sequence& seq, std::span<const int32_t> tokens) const;

@@ -46,26 +46,31 @@ void Backend::start_sampling(Sequence& seq, const SamplingParams& p,
 void Backend::generate(Sequence& seq, int32_t first, int max_tokens,
                        const std::function<bool(int32_t)>& on_token, const GenerateHooks& hooks) {
   if (!seq.sampler) fail("generate() before start_sampling()");
-  Sampler& sampler = *seq.sampler;
-  TokenConstraint* constraint = hooks.constraint;
   std::vector<float> logits;
   std::vector<uint32_t> mask;
   int32_t token = first;
   for (int n = 0; n < max_tokens; ++n) {
     forward(seq, std::span(&token, 1), Logits::last, logits);
-    if (hooks.on_logits) hooks.on_logits(logits);
-    if (constraint && !constraint->unconstrained()) {
-      mask.assign(mask_words(config().vocab), 0);
-      constraint->allowed(mask);
-      apply_mask(logits, mask);
-    }
-    token = sampler.next(logits);
-    if (constraint) constraint->accept(token);
+    token = choose(seq, logits, hooks, mask);
     if (!on_token(token)) {
       if (n + 1 < max_tokens) forward(seq, std::span(&token, 1), Logits::last, logits);
       return;
     }
   }
+}
+
+int32_t Backend::choose(Sequence& seq, std::span<float> logits, const GenerateHooks& hooks,
+                        std::vector<uint32_t>& mask) {
+  if (hooks.on_logits) hooks.on_logits(logits);
+  TokenConstraint* constraint = hooks.constraint;
+  if (constraint && !constraint->unconstrained()) {
+    mask.assign(mask_words(config().vocab), 0);
+    constraint->allowed(mask);
+    apply_mask(logits, mask);
+  }
+  const int32_t token = seq.sampler->next(logits);
+  if (constraint) constraint->accept(token);
+  return token;
 }
 
 void Backend::step(std::span<StepRow> rows) {

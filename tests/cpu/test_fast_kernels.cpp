@@ -235,6 +235,60 @@ TEST_P(FastKernels, F32MatmulMatchesTheReferenceForOtherFormats) {
   }
 }
 
+// A decode step over several sequences (Backend::step) relies on it: a call
+// over T tokens computes each token's row bit for bit as a call of that token
+// alone, whatever T (up to the table's alone_tokens) and in every weight
+// format, plain and repacked, the 4-bit and the fp32 kernels.
+TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
+  struct Case {
+    int64_t rows, cols;
+    int bits, group;  // bits 0: dense bf16
+  };
+  const int64_t most = std::min<int64_t>(17, k().alone_tokens);
+  for (const Case& cs : {Case{48, 2048, 4, 64}, Case{37, 192, 4, 64}, Case{64, 320, 8, 64},
+                         Case{20, 96, 4, 32}, Case{37, 192, 0, 0}}) {
+    std::vector<uint16_t> storage;
+    QTensor w = test::random_bf16_matrix(cs.rows, cs.cols, uint64_t(cs.rows), 0.05f, storage);
+    QuantBuffer qb;
+    if (cs.bits) {
+      qb = quantize_matrix(w, cs.bits, cs.group);
+      w = qb.view(cs.rows, cs.cols, cs.bits, cs.group);
+    }
+    std::vector<uint8_t> records;
+    std::vector<QTensor> layouts = {w};
+    if (k().packed16 && packable(w)) {
+      records.resize(w.bytes());
+      pack16(w, records.data());
+      QTensor p = w;
+      p.data = records.data();
+      p.scales = p.biases = nullptr;
+      p.packed16 = true;
+      layouts.push_back(p);
+    }
+    const std::vector<float> x = activations(size_t(most * cs.cols), uint64_t(cs.cols + cs.bits));
+    const Codes c = quantize_rows(k(), x, most, cs.cols);
+    for (const QTensor& m : layouts)
+      for (int64_t T = 1; T <= most; ++T) {
+        auto run = [&](int64_t t0, int64_t n, float* y) {
+          const OutRows o{y, cs.rows};
+          if (gemm_q4_takes(m)) {
+            const Codes one{{c.q.begin() + t0 * cs.cols, c.q.end()},
+                            {c.d.begin() + t0 * cs.cols / 64, c.d.end()},
+                            {c.s.begin() + t0 * cs.cols / 64, c.s.end()}};
+            k().gemm_q4(m, 0, cs.rows, one.rows(cs.cols), n, o);
+          } else {
+            k().gemm_f32(m, 0, cs.rows, {x.data() + t0 * cs.cols, cs.cols, nullptr}, n, o);
+          }
+        };
+        std::vector<float> together(size_t(T * cs.rows)), alone(size_t(T * cs.rows));
+        run(0, T, together.data());
+        for (int64_t t = 0; t < T; ++t) run(t, 1, alone.data() + t * cs.rows);
+        EXPECT_EQ(together, alone) << cs.rows << "x" << cs.cols << " bits " << cs.bits
+                                   << (m.packed16 ? " packed16" : "") << " T=" << T;
+      }
+  }
+}
+
 // silu(s) * m through the vectorised exp, on [-100, 100] (past the clamp at
 // both ends) and at a length that leaves a tail, in place on either input and
 // without m: 4 ulp of the double result (exp within 2 ulp, a divide, a multiply).

@@ -36,27 +36,43 @@ class Model {
   Isa isa() const { return ctx_.k.isa; }
   bool int8() const { return ctx_.int8; }
   int threads() const { return ctx_.pool.size(); }
+  int64_t alone_tokens() const { return ctx_.k.alone_tokens; }
   void set_part_times(PartTimes* t) { times_ = t; }
 
-  // Runs tokens after the positions in seq; the logits of rows [first, T) to out.
-  void chunk(ReferenceSequence& seq, std::span<const int32_t> tokens, int64_t first, float* out) {
+  // Runs each sequence's tokens after its positions (tokens: the runs'
+  // rows in order); the logits of rows [first, T) to out.
+  struct Run {
+    ReferenceSequence* seq;
+    int64_t n;
+  };
+  void chunk(std::span<const Run> runs, std::span<const int32_t> tokens, int64_t first,
+             float* out) {
     const ModelConfig& c = w_.cfg;
     const int64_t T = int64_t(tokens.size()), D = c.hidden;
     float* h = grow(h_, size_t(T * D));
     float* a = grow(a_, size_t(T * D));
     float* y = grow(y_, size_t(T * D));
     for (int64_t t = 0; t < T; ++t) w_.embed.dequant_row(tokens[size_t(t)], h + t * D);
-    const float* pending = nullptr;          // the last block's output, not yet added to h
-    Clock clock(T == 1 ? times_ : nullptr);  // decode's tokens only
+    rows_.clear();
+    for (int64_t t0 = 0; const Run& r : runs) {
+      rows_.push_back({t0, r.n, r.seq->length(), nullptr, nullptr});
+      t0 += r.n;
+    }
+    const float* pending = nullptr;  // the last block's output, not yet added to h
+    Clock clock(T == int64_t(runs.size()) ? times_ : nullptr);  // decode's tokens only
     for (int i = 0; i < c.n_layers; ++i) {
       const LayerWeights& L = w_.layers[size_t(i)];
+      for (size_t r = 0; r < runs.size(); ++r) {
+        rows_[r].gdn = &runs[r].seq->gdn[size_t(i)];
+        rows_[r].kv = &runs[r].seq->kv[size_t(i)];
+      }
       norm_rows(h, pending, L.in_norm, T, a);
       clock.lap(Part::norm);
       if (L.type == LayerType::linear_attention) {
-        gdn_.forward(ctx_, c, L.gdn, conv_t_[size_t(i)], act_, T, seq.gdn[size_t(i)], y);
+        gdn_.forward(ctx_, c, L.gdn, conv_t_[size_t(i)], act_, T, rows_, y);
         clock.lap(Part::gdn);
       } else {
-        attn_.forward(ctx_, c, L.attn, act_, T, seq.length(), seq.kv[size_t(i)], y);
+        attn_.forward(ctx_, c, L.attn, act_, T, rows_, y);
         clock.lap(Part::attention);
       }
       norm_rows(h, y, L.post_norm, T, a);
@@ -106,6 +122,7 @@ class Model {
   Context ctx_;
   std::vector<std::vector<float>> conv_t_;
   std::vector<float> h_, a_, y_;
+  std::vector<SeqRows> rows_;
   Activations act_;
   GdnLayer gdn_;
   AttentionLayer attn_;
@@ -148,9 +165,38 @@ void FastCpuBackend::forward(Sequence& seq_base, std::span<const int32_t> tokens
     const int64_t first = which == Logits::all                   ? 0
                           : which == Logits::last && c0 + n == T ? n - 1
                                                                  : n;
-    model_->chunk(seq, tokens.subspan(size_t(c0), size_t(n)), first,
+    const cpu::Model::Run run[] = {{&seq, n}};
+    model_->chunk(run, tokens.subspan(size_t(c0), size_t(n)), first,
                   logits.data() + (which == Logits::all ? c0 * V : 0));
     advance(seq, n);
+  }
+}
+
+void FastCpuBackend::step(std::span<StepRow> rows) {
+  // At most as many rows a pass as the kernels compute as alone.
+  const size_t most = size_t(std::min(model_->alone_tokens(), cpu::kMaxChunk));
+  if (rows.size() > most) {
+    for (size_t i = 0; i < rows.size(); i += most)
+      step(rows.subspan(i, std::min(most, rows.size() - i)));
+    return;
+  }
+  const int64_t R = int64_t(rows.size()), V = w_->cfg.vocab;
+  std::vector<cpu::Model::Run> runs;
+  std::vector<int32_t> tokens;
+  for (StepRow& r : rows) {
+    if (!r.seq->sampler) fail("step() before start_sampling()");
+    auto& seq = dynamic_cast<ReferenceSequence&>(*r.seq);
+    check_tokens(seq, std::span(&r.token, 1));
+    runs.push_back({&seq, 1});
+    tokens.push_back(r.token);
+  }
+  step_logits_.resize(size_t(R * V));
+  model_->chunk(runs, tokens, 0, step_logits_.data());
+  for (int64_t i = 0; i < R; ++i) {
+    advance(*runs[size_t(i)].seq, 1);
+    StepRow& r = rows[size_t(i)];
+    r.next = choose(*r.seq, std::span(step_logits_).subspan(size_t(i * V), size_t(V)), *r.hooks,
+                    step_mask_);
   }
 }
 

@@ -37,6 +37,9 @@ class FastCpuBackend : public ReferenceBackend {
   ~FastCpuBackend() override;
   void forward(Sequence& seq, std::span<const int32_t> tokens, Logits which,
                std::vector<float>& logits) override;
+  // The sequences' rows in one forward pass: each weight read once for all,
+  // each row's arithmetic as alone (docs/cpu-backend.md).
+  void step(std::span<StepRow> rows) override;
   // Whole chunks: the MoE reuses each expert's weights over more rows.
   int64_t prefill_chunk() const override { return cpu::kMaxChunk; }
   std::string name() const override { return "cpu"; }
@@ -48,6 +51,8 @@ class FastCpuBackend : public ReferenceBackend {
 
  private:
   std::unique_ptr<cpu::Model> model_;
+  std::vector<float> step_logits_;
+  std::vector<uint32_t> step_mask_;
 };
 
 }  // namespace tern

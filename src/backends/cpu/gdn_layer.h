@@ -14,12 +14,16 @@ std::vector<float> transpose_conv(const ModelConfig& c, const GdnWeights& w);
 
 class GdnLayer {
  public:
-  // x: T normed rows (quantised) -> out: [T][hidden].
+  // x: T normed rows (quantised), the runs of `seqs` -> out: [T][hidden].
   void forward(Context& ctx, const ModelConfig& c, const GdnWeights& w,
                const std::vector<float>& conv_t, const Activations& x, int64_t T,
-               model::GdnState& st, float* out);
+               std::span<const SeqRows> seqs, float* out);
 
  private:
+  // The causal conv + SiLU of one sequence's rows (mixed: its first row).
+  static void conv(const Context& ctx, const std::vector<float>& conv_t, int64_t C, int64_t K,
+                   int64_t c0, int64_t n, float* mixed, int64_t T, model::GdnState& st);
+
   std::vector<float> mixed_, z_, b_, a_, y_;
   PerThread scratch_;
   Activations ya_;

@@ -121,6 +121,11 @@ struct Kernels {
   void (*gemm_q4)(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
                   const OutRows& o);
   bool packed16;
+  // Calls of gemm_q4 with at most this many tokens compute each token's row
+  // as a call of that token alone would (a decode step over several
+  // sequences relies on it; the amx table's tiles sum in another order).
+  // gemm_f32 always does.
+  int64_t alone_tokens;
   // The same from fp32 inputs, for every other weight format.
   void (*gemm_f32)(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
                    const OutRows& o);

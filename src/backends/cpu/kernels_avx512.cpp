@@ -133,6 +133,6 @@ extern const Kernels kAvx512Kernels =
 // The same with AMX-INT8 tiles for plain matrices in calls of many tokens
 // (kernels_q4_amx.h); packed ones take the AVX-512 kernel.
 extern const Kernels kAmxKernels =
-    generic::table(Isa::amx, "amx", gemm_q4_any<amx::gemm_q4<Avx512>>, true);
+    generic::table(Isa::amx, "amx", gemm_q4_any<amx::gemm_q4<Avx512>>, true, amx::kMinTokens - 1);
 
 }  // namespace tern::cpu

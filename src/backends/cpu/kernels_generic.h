@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -266,9 +267,24 @@ void dots_4x2(const float* const* a, const float* const* b, int64_t n, float (&o
     }
 }
 
+// One of dots_4x2's dots alone, in the same arithmetic: a dot's value never
+// depends on the rows and tokens beside it (a decode step's row as alone).
+float dot_1x1(const float* a, const float* b, int64_t n) {
+  V8 acc = {};
+  for (int64_t k = 0; k < n; k += 8) {
+    V8 ak, bk;
+    load8(ak, a + k);
+    load8(bk, b + k);
+    acc += ak * bk;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < 8; ++l) sum += acc[l];
+  return sum;
+}
+
 // Rows expanded 4 at a time into a buffer, dotted with the tokens 2 at a time
 // (the 8-bit router's 256 rows over a 512-token prompt: 3x the speed of one
-// dot at a time); what is left over one dot at a time.
+// dot at a time); what is left over one dot at a time, in the same arithmetic.
 void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t T,
               const OutRows& o) {
   const int64_t n = w.cols;
@@ -279,8 +295,9 @@ void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t 
   for (int64_t b0 = r0; b0 < r1; b0 += 4) {
     const int64_t nr = std::min<int64_t>(4, r1 - b0);
     for (int64_t i = 0; i < nr; ++i) expand_row(w, b0 + i, rows.data() + i * n);
+    const bool lanes = n % 8 == 0;
     int64_t t = 0;
-    if (nr == 4 && n % 8 == 0)
+    if (nr == 4 && lanes)
       for (; t + 2 <= T; t += 2) {
         const float* a[4] = {rows.data(), rows.data() + n, rows.data() + 2 * n,
                              rows.data() + 3 * n};
@@ -291,7 +308,10 @@ void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t 
           for (int j = 0; j < 2; ++j) store(o, t + j, b0 + i, out[i][j]);
       }
     for (; t < T; ++t)
-      for (int64_t i = 0; i < nr; ++i) store(o, t, b0 + i, dot(rows.data() + i * n, token(t), n));
+      for (int64_t i = 0; i < nr; ++i) {
+        const float* r = rows.data() + i * n;
+        store(o, t, b0 + i, lanes ? dot_1x1(r, token(t), n) : dot(r, token(t), n));
+      }
   }
 }
 
@@ -627,12 +647,14 @@ void attention(const AttnArgs& a) {
 // An instruction set's table: its 4-bit matmul, the rest of this file built
 // with its flags.
 constexpr Kernels table(Isa isa, const char* name, decltype(Kernels::gemm_q4) gemm_q4,
-                        bool packed16 = false) {
+                        bool packed16 = false,
+                        int64_t alone_tokens = std::numeric_limits<int64_t>::max()) {
   return {.isa = isa,
           .name = name,
           .quantize = quantize,
           .gemm_q4 = gemm_q4,
           .packed16 = packed16,
+          .alone_tokens = alone_tokens,
           .gemm_f32 = gemm_f32,
           .silu_mul = silu_mul,
           .delta_recurrent = delta_recurrent,
