@@ -147,6 +147,10 @@ class Backend {
   // prefill is one such call).
   virtual int64_t prefill_chunk() const { return 512; }
 
+  // Memory free for more sequences now: the host's available memory, the
+  // device's where the backend keeps them there.
+  virtual size_t memory_free() const;
+
   virtual const ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
 

@@ -1,10 +1,12 @@
-// The default Backend::start_sampling and generate: forward() one token at a
-// time and the sequence's Sampler on its logits, masked by the constraint.
-// In tern_sampling, below the backends that inherit it.
+// Backend's own members: start_sampling, generate and step by default
+// (forward() one token at a time and the sequence's Sampler on its logits,
+// masked by the constraint), the checks, the host's free memory. In
+// tern_sampling, below the backends that inherit it.
 #include <cmath>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace tern {
 
@@ -12,6 +14,10 @@ void apply_mask(std::span<float> logits, std::span<const uint32_t> words) {
   TERN_CHECK(words.size() == mask_words(int(logits.size())));
   for (size_t i = 0; i < logits.size(); ++i)
     if (!(words[i / 32] >> (i % 32) & 1u)) logits[i] = -INFINITY;
+}
+
+size_t Backend::memory_free() const {
+  return host_memory_available();
 }
 
 void Backend::check_history(const Sequence& seq, std::span<const int32_t> history) const {

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/json_file.h"
 
 namespace tern {
@@ -109,18 +110,6 @@ uint8_t* huge_region(size_t bytes, void*& region, size_t& region_size) {
   return a;
 }
 
-// /proc/meminfo's MemAvailable in bytes (0 where unreadable).
-size_t memory_available() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  std::fclose(f);
-  return size_t(kb) * 1024;
-}
-
 // Why huge pages cannot hold `bytes` here, or "" if they can.
 std::string huge_pages_unusable(size_t bytes) {
   std::string mode;
@@ -131,7 +120,7 @@ std::string huge_pages_unusable(size_t bytes) {
   }
   if (mode.empty() || mode.find("[never]") != std::string::npos)
     return "transparent huge pages are off";
-  const size_t avail = memory_available();
+  const size_t avail = host_memory_available();
   if (avail == 0) return "/proc/meminfo gives no MemAvailable";
   if (bytes > avail / 10 * 9)
     return fmt::format("the checkpoint's {:.1f} GB would not fit in the {:.1f} GB available",

@@ -40,8 +40,9 @@ struct ServeCmd {
   server::ServeOptions http;
   int64_t ctx_size = 0;
   size_t max_queue = 8;  // parallel + max_queue below --threads: each request holds a worker
-  int parallel = 4;
+  int parallel = 0;      // what the memory allows
   std::string cache_mem = "4G";
+  std::string seq_mem = "auto";
   DiskCacheFlags disk;
   int64_t snapshot_every = 4096;
   std::vector<std::string> served_names;
@@ -50,6 +51,20 @@ struct ServeCmd {
   int idle_timeout = 30, header_timeout = 10, body_timeout = 60;  // seconds
 };
 
+// Requests run at once by default: as many sequences reaching the context's
+// end as the budget holds, at most kAutoParallel, at least one.
+constexpr int kAutoParallel = 8;
+
+// The sequence budget: --seq-mem, or by default under half of what is free
+// once the cache has its budget (a KV cache's capacity grows by doubling, so
+// sequences may allocate twice what the budget counts). 0: no bound.
+size_t sequence_budget(const std::string& flag, const Backend& be, size_t cache_bytes) {
+  if (flag != "auto") return parse_size(flag, "--seq-mem");
+  const size_t free = be.memory_free();
+  if (free == 0) return 0;                                        // unknown
+  return free > cache_bytes ? (free - cache_bytes) / 20 * 9 : 1;  // none left: one at a time
+}
+
 // The scheduler's gauges: queue, running requests, decode steps by how many
 // requests they carried, and the time decoding requests waited for prefill.
 void add_scheduler_metrics(server::Metrics& metrics, const Scheduler& scheduler) {
@@ -57,6 +72,9 @@ void add_scheduler_metrics(server::Metrics& metrics, const Scheduler& scheduler)
                 [&] { return double(scheduler.waiting()); });
   metrics.gauge("tern_requests_running", "Requests the engine is running (up to --parallel).",
                 [&] { return double(scheduler.running()); });
+  metrics.gauge("tern_sequence_bytes",
+                "What the running requests' sequences may hold (prompt + max_tokens; --seq-mem).",
+                [&] { return double(scheduler.held()); });
   metrics.histogram("tern_step_batch_size", "Requests in each decode step.", [&] {
     const SchedulerStats st = scheduler.stats();
     server::Metrics::HistogramReading h;
@@ -194,12 +212,22 @@ int serve(const ServeCmd& o) {
       },
       eo);
   Engine engine(*backend, &tok, eo);
-  if (size_t(o.parallel) + o.max_queue >= size_t(o.http.limits.workers))
+  const size_t seq_budget = sequence_budget(o.seq_mem, *backend, eo.cache_bytes);
+  const size_t full = engine.sequence_bytes(engine.ctx_size());
+  const int parallel = o.parallel > 0 ? o.parallel
+                       : seq_budget == 0
+                           ? kAutoParallel
+                           : int(std::clamp<size_t>(seq_budget / full, 1, kAutoParallel));
+  spdlog::info(
+      "sequences: {:.2f} GB for running requests ({}); one at the context's end holds {:.3f} GB",
+      double(seq_budget) / 1e9, o.seq_mem == "auto" ? "9/20 of the free memory" : "--seq-mem",
+      double(full) / 1e9);
+  if (size_t(parallel) + o.max_queue >= size_t(o.http.limits.workers))
     spdlog::warn(
         "--parallel {} and --max-queue {} with --threads {}: the queue never fills, so no 429 is "
         "sent",
-        o.parallel, o.max_queue, o.http.limits.workers);
-  Scheduler scheduler(engine, o.max_queue, o.parallel);
+        parallel, o.max_queue, o.http.limits.workers);
+  Scheduler scheduler(engine, o.max_queue, parallel, seq_budget);
   add_scheduler_metrics(metrics, scheduler);
   metrics.gauge("tern_cache_bytes", "Memory held by the session cache.",
                 [&] { return double(engine.cache().bytes()); });
@@ -216,7 +244,7 @@ int serve(const ServeCmd& o) {
   spdlog::info(
       "serving {} on http://{}:{} ({} backend, context {}, {} requests at once, cache {}{})",
       fmt::join(names, ", "), o.http.host, http.port(), backend->name(), engine.ctx_size(),
-      o.parallel, o.cache_mem, eo.cache_dir.empty() ? "" : ", disk cache " + eo.cache_dir);
+      parallel, o.cache_mem, eo.cache_dir.empty() ? "" : ", disk cache " + eo.cache_dir);
 
   signals.loaded();
   const int sig = signals.wait();
@@ -245,8 +273,13 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   cmd->add_option("--parallel", o->parallel,
                   "Requests generating at once (continuous batching; each one's output is what "
-                  "it would be alone)")
-      ->check(CLI::Range(1, 64));
+                  "it would be alone; 0: as many at the context's end as --seq-mem holds, at "
+                  "most 8)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--seq-mem", o->seq_mem,
+                  "What running requests' sequences may hold together (KV cache and state for "
+                  "prompt + max_tokens), e.g. 16G; a request that does not fit waits (auto: "
+                  "9/20 of the memory free after the cache's budget)");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting at most (then 429)")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--cache-mem", o->cache_mem, "Session cache budget, e.g. 4G, 512M (0: no reuse)");

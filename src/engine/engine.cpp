@@ -83,6 +83,15 @@ bool Engine::is_end_token(int32_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
 }
 
+size_t Engine::sequence_bytes(int64_t positions) const {
+  return be_.kv_bytes(0, positions) + be_.state_bytes();
+}
+
+size_t Engine::sequence_need(const Request& r) const {
+  const int64_t prompt = int64_t(r.prompt.size());
+  return sequence_bytes(std::min(ctx_, prompt + std::max<int64_t>(r.max_tokens, 0)));
+}
+
 Result Engine::run(const Request& r, const std::function<void(Delta&&)>& on_delta) {
   Stream s(*this, r, on_delta);
   while (s.phase() == Stream::Phase::prefill) s.prefill();

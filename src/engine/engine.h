@@ -52,6 +52,12 @@ class Engine {
   // Whether state is kept for later requests (in memory or on disk).
   bool reuses() const { return cache_.budget() > 0 || disk_; }
   int64_t ctx_size() const { return ctx_; }
+  // What a sequence of `positions` tokens holds: its KV rows, its recurrent
+  // and conv state (the KV cache's capacity grows by doubling, so up to
+  // twice the rows' bytes are allocated).
+  size_t sequence_bytes(int64_t positions) const;
+  // That for r: its prompt and the completion it may reach, within the context.
+  size_t sequence_need(const Request& r) const;
   bool is_end_token(int32_t id) const;
   // The tokens that end a completion (the model's eos, <|im_end|>, <|endoftext|>).
   const std::vector<int32_t>& end_ids() const { return end_ids_; }

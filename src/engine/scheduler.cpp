@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace tern {
 
@@ -36,8 +37,11 @@ std::optional<Job::Event> Job::next(std::chrono::milliseconds timeout) {
   return e;
 }
 
-Scheduler::Scheduler(Engine& engine, size_t max_queue, int parallel)
-    : engine_(engine), max_queue_(max_queue), parallel_(std::max(1, parallel)) {
+Scheduler::Scheduler(Engine& engine, size_t max_queue, int parallel, size_t seq_budget)
+    : engine_(engine),
+      max_queue_(max_queue),
+      parallel_(std::max(1, parallel)),
+      seq_budget_(seq_budget) {
   stats_.steps.assign(size_t(parallel_) + 1, 0);
   thread_ = std::thread([this] { loop(); });
 }
@@ -90,6 +94,11 @@ size_t Scheduler::running() const {
   return running_.size();
 }
 
+size_t Scheduler::held() const {
+  std::lock_guard lock(m_);
+  return held_;
+}
+
 SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(m_);
   return stats_;
@@ -107,7 +116,11 @@ bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
     if (queue_.empty() && active.empty()) return false;  // stopping, nothing left
     while (active.size() + taken.size() < size_t(parallel_) && !queue_.empty()) {
+      const size_t need = engine_.sequence_need(queue_.front()->request());
+      if (seq_budget_ > 0 && held_ + need > seq_budget_ && !running_.empty()) break;
       auto a = std::make_unique<Active>();
+      a->need = need;
+      held_ += need;
       a->job = std::move(queue_.front());
       queue_.pop_front();
       a->background = a->job == background_;
@@ -210,6 +223,7 @@ void Scheduler::end(Active& a, Job::Event e) {
   a.job->push(std::move(e));
   std::lock_guard lock(m_);
   std::erase(running_, a.job);
+  held_ -= std::exchange(a.need, 0);
   if (background_ == a.job) background_.reset();
 }
 

@@ -68,8 +68,11 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // parallel: requests run at once (at least 1).
-  Scheduler(Engine& engine, size_t max_queue, int parallel = 1);
+  // parallel: requests run at once (at least 1). seq_budget: what running
+  // requests' sequences may hold together (Engine::sequence_need; 0: no
+  // bound); the queue's next request waits until it fits beside those
+  // running (alone, it runs).
+  Scheduler(Engine& engine, size_t max_queue, int parallel = 1, size_t seq_budget = 0);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -86,6 +89,8 @@ class Scheduler {
   std::shared_ptr<Job> submit_background(Request r);
   size_t waiting() const;  // queued, not yet started
   size_t running() const;  // started, not yet ended
+  // What the running requests' sequences may hold (their needs' sum).
+  size_t held() const;
   bool busy() const { return running() > 0; }
   int parallel() const { return parallel_; }
   SchedulerStats stats() const;
@@ -97,6 +102,7 @@ class Scheduler {
     bool background = false;
     std::function<void(Delta&&)> on_delta;  // before stream: it refers to this
     std::unique_ptr<Stream> stream;
+    size_t need = 0;  // Engine::sequence_need
   };
   void loop();
   // Takes up to `parallel` jobs from the queue; false when stopping with none.
@@ -110,12 +116,14 @@ class Scheduler {
   Engine& engine_;
   size_t max_queue_;
   int parallel_;
+  size_t seq_budget_;
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> background_;            // the latest background job, queued or running
   std::vector<std::shared_ptr<Job>> running_;  // started jobs (the engine thread's streams)
   SchedulerStats stats_;
+  size_t held_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

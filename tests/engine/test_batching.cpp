@@ -116,5 +116,40 @@ TEST(Batching, ACancelledRequestFreesItsSlotForTheQueue) {
   EXPECT_EQ(collect(*a).result.finish, Finish::cancelled);
 }
 
+// A request whose sequence does not fit beside the running ones waits for
+// them (it neither fails nor fails the others), then streams what it would
+// alone; one that fits runs at once. Needs count prompt + max_tokens.
+TEST(Batching, ARequestThatDoesNotFitWaitsForTheRunningOnes) {
+  TinyModel m(73);
+  std::mt19937 g(3);
+  const Request big = request(m.chat(new_conversation(g)), 5, true, 200);
+  Request small =
+      request(m.chat(json::array({{{"role", "user"}, {"content", "hi"}}})), 6, false, 4);
+  Request long_one = big;
+  long_one.ignore_eos = true;
+  Engine alone_engine(m.be, &m.tok, options(false));
+  const Output want = run_all(alone_engine, small);
+
+  Engine e(m.be, &m.tok, options(false));
+  const size_t need_big = e.sequence_need(long_one), need_small = e.sequence_need(small);
+  ASSERT_GT(need_big, need_small);
+  // Room for the long request and the small one, not for two long ones.
+  Scheduler sched(e, 16, 4, need_big + need_small);
+  auto a = sched.submit(long_one), b = sched.submit(long_one), c = sched.submit(small);
+  ASSERT_TRUE(a && b && c);
+  while (!a->started()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(sched.held(), need_big);
+  EXPECT_FALSE(b->started()) << "b does not fit beside a";
+  EXPECT_FALSE(c->started()) << "c waits behind b (the queue is FIFO)";
+  a->cancel();
+  EXPECT_EQ(collect(*a).result.finish, Finish::cancelled);
+  const Output got = collect(*c);  // started beside b once a ended
+  expect_same(got, want, "the small request");
+  b->cancel();
+  collect(*b);
+  while (sched.running() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(sched.held(), 0u);
+}
+
 }  // namespace
 }  // namespace tern::test

@@ -54,3 +54,21 @@ test("eight streams at once: interleaved, each as alone", async () => {
     assert.deepEqual(alone.tokens, together[i].tokens, `request ${i} alone`);
   }
 });
+
+// --seq-mem bounds what running requests' sequences may hold: with room for
+// one, four requests at once all answer (the others wait in turn, none fails)
+// and never run together.
+test("--seq-mem: requests that do not fit wait their turn", async () => {
+  const small = await new Server(makeDummy(5), ["--parallel", "4", "--seq-mem", "1"]).start();
+  try {
+    assert.match(small.log, /sequences: 0\.00 GB for running requests \(--seq-mem\)/);
+    const c = small.client();
+    const answers = await Promise.all([0, 1, 2, 3].map((i) => c.chat.completions.create({ ...ask(i), stream: false })));
+    for (const [i, a] of answers.entries()) assert.equal(a.usage.completion_tokens, 24 + 4 * i);
+    assert.equal(await metric(small, 'tern_step_batch_size_bucket{le="1"}'),
+                 await metric(small, "tern_step_batch_size_count"), "a step carried two requests");
+    assert.equal(await metric(small, "tern_sequence_bytes"), 0);
+  } finally {
+    await small.stop();
+  }
+});

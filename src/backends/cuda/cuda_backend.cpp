@@ -407,6 +407,12 @@ std::string CudaBackend::numerics_id() const {
       p.gemm_bm, p.moe_bm);
 }
 
+size_t CudaBackend::memory_free() const {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
 size_t CudaBackend::kv_bytes(int64_t from, int64_t to) const {
   const ModelConfig& c = w_->cfg;
   const int64_t chunks = (to + kKvChunk - 1) / kKvChunk - from / kKvChunk;

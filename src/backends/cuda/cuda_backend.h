@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   int64_t prefill_chunk() const override { return prefill_options().chunk; }
   const ModelConfig& config() const override { return w_->cfg; }
   std::string name() const override { return "cuda"; }
+  size_t memory_free() const override;  // the device's
 
   // The completion's state on the device: arg-max when p is greedy, else the
   // sampler with p, the counts of `history` and draw counter 0.
