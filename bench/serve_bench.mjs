@@ -10,15 +10,15 @@
 //   node bench/serve_bench.mjs --tern build/tern --backend cpu --model DIR
 //        [--dummy 35b-a3b --tokenizer DIR] [--context 4000] [--gen 64] [--idle-ms 300]
 //        [--serve-flags "--no-idle-prefill"] [--json OUT]
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import { events, median, post, startServer, text } from "./serve_util.mjs";
 
 const arg = (k, d) => (process.argv.includes(k) ? process.argv[process.argv.indexOf(k) + 1] : d);
 const TERN = arg("--tern", "build/tern"), BACKEND = arg("--backend", "cpu"), MODEL = arg("--model", "");
 const DUMMY = arg("--dummy", ""), TOK = arg("--tokenizer", MODEL), CONTEXT = Number(arg("--context", 4000));
 const GEN = Number(arg("--gen", 64)), REPS = Number(arg("--repeat", 5)), JSON_OUT = arg("--json", "");
 const IDLE_MS = Number(arg("--idle-ms", 300)), SERVE_FLAGS = arg("--serve-flags", "").split(" ").filter(Boolean);
-const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const src = DUMMY ? ["--dummy", DUMMY] : ["--model", MODEL];
 
 // (1a) The engine alone, same context and tokens generated.
@@ -40,24 +40,6 @@ function engineTokS() {
   return median(runs);
 }
 
-async function startServer() {
-  const p = spawn(TERN, ["serve", ...src, "--backend", BACKEND, "--tokenizer", TOK, "--port", "0", "--cache-mem", "16G", ...SERVE_FLAGS], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  p.stderr.setEncoding("utf8");
-  p.stderr.on("data", (d) => (log += d));
-  for (;;) {
-    const m = log.match(/serving .* on http:\/\/[^:]+:(\d+)/);
-    if (m) return { p, url: `http://127.0.0.1:${m[1]}`, log: () => log };
-    if (p.exitCode !== null) throw new Error(log);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function post(url, body) {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  return r;
-}
-
 // (1b) Streamed decode: the tokens after the first over the client's time from
 // the first text event to the last. Tokens, not events: an event carries as
 // many tokens as it took to complete a character (random weights often emit
@@ -68,22 +50,11 @@ async function streamedTokS(url) {
     const r = await post(url + "/v1/completions", {
       prompt, max_tokens: GEN, ignore_eos: true, temperature: 0, stream: true, stream_options: { include_usage: true },
     });
-    const reader = r.body.getReader();
     const times = [];
-    let buf = "", tokens = 0;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += new TextDecoder().decode(value);
-      let i;
-      while ((i = buf.indexOf("\n\n")) >= 0) {
-        const ev = buf.slice(0, i);
-        buf = buf.slice(i + 2);
-        if (!ev.startsWith("data: {")) continue;
-        const j = JSON.parse(ev.slice(6));
-        if (j.usage) tokens = j.usage.completion_tokens;
-        if (j.choices?.[0]?.finish_reason === null) times.push(performance.now());
-      }
+    let tokens = 0;
+    for (const { t, j } of await events(r)) {
+      if (j.usage) tokens = j.usage.completion_tokens;
+      if (j.choices?.[0]?.finish_reason === null) times.push(t);
     }
     return (tokens - 1) / ((times.at(-1) - times[0]) / 1000);
   };
@@ -93,8 +64,6 @@ async function streamedTokS(url) {
   return median(runs);
 }
 
-const words = ["river", "mountain", "carefully", "seven", "blue", "the", "of", "and", "engine", "question", "because"];
-const text = (n, salt) => Array.from({ length: n }, (_, i) => words[(i * 31 + salt * 17 + (i >> 3)) % words.length]).join(" ");
 
 async function latency(url, messages, max_tokens = 1) {
   const t0 = performance.now();
@@ -130,7 +99,7 @@ async function ttftRatio(url) {
 }
 
 const engine = engineTokS();
-const srv = await startServer();
+const srv = await startServer(TERN, [...src, "--backend", BACKEND, "--tokenizer", TOK, "--cache-mem", "16G", ...SERVE_FLAGS]);
 try {
   const streamed = await streamedTokS(srv.url);
   const t = await ttftRatio(srv.url);
