@@ -169,9 +169,11 @@ printf 'X' | dd of="$STATE" bs=1 seek=$(($(stat -c %s "$STATE") - 1)) conv=notru
 grep -q "$(basename "$STATE"): damaged (its checksum does not match)" "$W/verify" && ok || bad "verify names the damage: $(cat "$W/verify")"
 "$TERN" cache verify --cache-dir "$D" --remove >/dev/null; [ ! -e "$STATE" ] && ok || bad "verify --remove kept $STATE"
 "$TERN" cache verify --cache-dir "$D" >/dev/null && ok || bad "verify after --remove"
-flock "$D/.tern-lock" sleep 3 &
-sleep 0.5
+# Another process holds the lock until told to let go (no sleep to race a loaded machine).
+flock "$D/.tern-lock" sh -c 'touch "$1"; while [ -e "$1" ]; do sleep 0.05; done' _ "$W/held" &
+until [ -e "$W/held" ]; do sleep 0.05; done
 expect_error "clear while in use" "in use by another tern process" "$TERN" cache clear --cache-dir "$D"
+rm "$W/held"
 wait
 "$TERN" cache clear --cache-dir "$D" >"$W/clear" && grep -q "removed [1-9]" "$W/clear" && ok || bad "cache clear: $(cat "$W/clear")"
 [ "$(ls -A "$D")" = .tern-lock ] && ok || bad "clear left $(ls -A "$D")"
