@@ -2,7 +2,9 @@
 // scheduler (continuous batching), each a prompt of `context` random tokens
 // then `gen` decoded tokens. Aggregate and per-request decode speed are
 // measured over the stretch where all N decode together (from the last one's
-// first token to the first one's end), with the gaps between tokens there.
+// first token to the first one's end), with the gaps between tokens there;
+// then the time to first token of one more request of the same context
+// while N - 1 others decode, against that request alone.
 #pragma once
 
 #include <cstdint>

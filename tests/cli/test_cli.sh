@@ -131,7 +131,7 @@ python3 - "$W/concurrency.json" <<'PY' && ok || bad "bench --concurrency JSON"
 import json, sys
 r = json.load(open(sys.argv[1]))["concurrency"]
 assert [x["streams"] for x in r] == [1, 3], r
-assert all(x["tok_s_aggregate"] > 0 and x["tokens_measured"] > 0 for x in r), r
+assert all(x["tok_s_aggregate"] > 0 and x["tokens_measured"] > 0 and x["ttft_new_ms"] > 0 for x in r), r
 PY
 # tern bench --restore: prefill against loading from the disk cache (the repeat's tokens equal).
 "$TERN" bench --model "$W/tiny" --backend cpu --restore 100 --repeat 1 --cache-dir "$W" \
