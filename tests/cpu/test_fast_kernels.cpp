@@ -45,6 +45,17 @@ std::vector<float> activations(size_t n, uint64_t seed) {
   return x;
 }
 
+// w repacked into the 16-row records (pack16.h), held in `records`.
+QTensor packed_copy(const QTensor& w, std::vector<uint8_t>& records) {
+  records.resize(w.bytes());
+  pack16(w, records.data());
+  QTensor p = w;
+  p.data = records.data();
+  p.scales = p.biases = nullptr;
+  p.packed16 = true;
+  return p;
+}
+
 std::string isa_label(const testing::TestParamInfo<Isa>& p) {
   return isa_name(p.param);
 }
@@ -188,13 +199,8 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
       };
       if (bits == 4) check(w, rows / 3, "plain");
       if (k().packed16 && packable(w)) {
-        records.resize(w.bytes());
-        pack16(w, records.data());
-        QTensor p = w;
-        p.data = records.data();
-        p.scales = p.biases = nullptr;
-        p.packed16 = true;
-        check(p, rows / 3 / kPackRows * kPackRows, bits == 8 ? "packed16 8-bit" : "packed16");
+        check(packed_copy(w, records), rows / 3 / kPackRows * kPackRows,
+              bits == 8 ? "packed16 8-bit" : "packed16");
         ++packed_cases;
       }
     }
@@ -256,15 +262,7 @@ TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
     }
     std::vector<uint8_t> records;
     std::vector<QTensor> layouts = {w};
-    if (k().packed16 && packable(w)) {
-      records.resize(w.bytes());
-      pack16(w, records.data());
-      QTensor p = w;
-      p.data = records.data();
-      p.scales = p.biases = nullptr;
-      p.packed16 = true;
-      layouts.push_back(p);
-    }
+    if (k().packed16 && packable(w)) layouts.push_back(packed_copy(w, records));
     const std::vector<float> x = activations(size_t(most * cs.cols), uint64_t(cs.cols + cs.bits));
     const Codes c = quantize_rows(k(), x, most, cs.cols);
     for (const QTensor& m : layouts)
