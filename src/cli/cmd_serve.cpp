@@ -52,7 +52,8 @@ struct ServeCmd {
 };
 
 // Requests run at once by default: as many sequences reaching the context's
-// end as the budget holds, at most kAutoParallel, at least one.
+// end as the budget holds, at most kAutoParallel (and fewer than --threads
+// less --max-queue), at least one.
 constexpr int kAutoParallel = 8;
 
 // The sequence budget: --seq-mem, or by default under half of what is free
@@ -214,10 +215,13 @@ int serve(const ServeCmd& o) {
   Engine engine(*backend, &tok, eo);
   const size_t seq_budget = sequence_budget(o.seq_mem, *backend, eo.cache_bytes);
   const size_t full = engine.sequence_bytes(engine.ctx_size());
+  // By default also below what leaves the queue room to fill (each request holds a worker).
+  const int most = int(std::clamp<int64_t>(
+      int64_t(o.http.limits.workers) - int64_t(o.max_queue) - 1, 1, kAutoParallel));
   const int parallel = o.parallel > 0 ? o.parallel
                        : seq_budget == 0
-                           ? kAutoParallel
-                           : int(std::clamp<size_t>(seq_budget / full, 1, kAutoParallel));
+                           ? most
+                           : int(std::clamp<size_t>(seq_budget / full, 1, size_t(most)));
   spdlog::info(
       "sequences: {:.2f} GB for running requests ({}); one at the context's end holds {:.3f} GB",
       double(seq_budget) / 1e9, o.seq_mem == "auto" ? "9/20 of the free memory" : "--seq-mem",
@@ -274,7 +278,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--parallel", o->parallel,
                   "Requests generating at once (continuous batching; each one's output is what "
                   "it would be alone; 0: as many at the context's end as --seq-mem holds, at "
-                  "most 8)")
+                  "most 8 and fewer than --threads less --max-queue)")
       ->check(CLI::Range(0, 64));
   cmd->add_option("--seq-mem", o->seq_mem,
                   "What running requests' sequences may hold together (KV cache and state for "

@@ -211,7 +211,8 @@ test("--api-key-file: the key from a file, not the command line", async () => {
 test("with the default --threads and --max-queue, a full queue answers 429", async () => {
   const s = await new Server(model, ["--ctx-size", "200000"]).start();
   const body = { prompt: "Count", max_tokens: 300, ignore_eos: true };
-  const replies = await Promise.all(Array.from({ length: 15 }, () => post(s.url + "/v1/completions", body)));
+  // More than the 16 workers: --parallel's default leaves the queue room to fill before them.
+  const replies = await Promise.all(Array.from({ length: 20 }, () => post(s.url + "/v1/completions", body)));
   const codes = replies.map((r) => r.status);
   assert.ok(codes.includes(429), codes.join(" "));
   assert.ok(codes.includes(200), codes.join(" "));
