@@ -45,7 +45,9 @@ export function writeScript(entries) {
 export class Server {
   constructor(model, args = []) {
     this.model = model;
-    this.args = args;
+    // A fixed sequence budget unless a test sets one: --parallel's default then
+    // does not depend on the machine's free memory.
+    this.args = args.includes("--seq-mem") ? args : [...args, "--seq-mem", "8G"];
     this.log = "";
   }
   async start() {
