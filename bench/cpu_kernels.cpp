@@ -151,12 +151,12 @@ void run_shape(const Kernels& k, ThreadPool& pool, const Matrix& m, int64_t T, i
   std::vector<float> y(size_t(T * m.t.rows));
   const OutRows o{y.data(), m.t.rows, nullptr, nullptr, false};
   const size_t items = size_t((m.t.rows + block - 1) / block);
-  // The plain layout, then (tables that take it) the pack16.h records in 2 MB pages.
+  // The plain layout, then the pack16.h records in 2 MB pages.
   std::unique_ptr<WeightBuffer> records;
   for (bool packed : {false, true}) {
     QTensor t = m.t;
     if (packed) {
-      if (!k.packed16 || !packable(t)) break;
+      if (!packable(t)) break;
       records = std::make_unique<WeightBuffer>(t.bytes());
       pack16(t, records->data());
       t.data = records->data();
@@ -253,15 +253,15 @@ ModelConfig shapes_35b() {
   return parse_config(preset_config("35b-a3b"), "the 35b-a3b preset");
 }
 
-// A random matrix as the fast backend holds it: repacked where the table
-// takes pack16's layout (storage kept in `owned` and `records`).
+// A random matrix as the fast backend holds it: repacked where pack16 takes
+// it (storage kept in `owned` and `records`).
 struct Held {
   std::vector<Matrix> owned;
   std::vector<std::unique_ptr<WeightBuffer>> records;
   uint64_t seed = 7;  // each matrix its own codes (the routers' choices differ by layer)
   QTensor make(const Kernels& k, int64_t rows, int64_t cols, int bits) {
     QTensor t = owned.emplace_back(random_affine(rows, cols, bits, seed++)).t;
-    if (k.packed16 && packable(t)) {
+    if (packable(t)) {
       records.push_back(std::make_unique<WeightBuffer>(t.bytes()));
       pack16(t, records.back()->data());
       t.data = records.back()->data();

@@ -34,10 +34,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name,
 void prepare_weights(const std::string& name, ModelWeights& weights) {
   if (name != "cpu") return;
   if (env_text(kCpuPack16Env) == "0") return;
-  if (!cpu::kernels(cpu::default_isa()).packed16) return;
   const auto t0 = std::chrono::steady_clock::now();
   const size_t bytes = cpu::pack_weights(weights);
-  spdlog::info("repacked {:.2f} GB of quantised matrices for the AVX-512 kernels in {:.1f} s",
+  spdlog::info("repacked {:.2f} GB of quantised matrices for the CPU kernels in {:.1f} s",
                double(bytes) / 1e9,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

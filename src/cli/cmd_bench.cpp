@@ -11,10 +11,11 @@
 // CPU (cpu, cpu-ref): the context is a prefill of random tokens
 // (untimed), the copy bandwidth a multi-threaded memcpy over buffers far
 // larger than L3, measured at the start and again after each decode row
-// (that row's floor); --split times decode's parts (fast backend). --restore
-// (any backend, bench_restore.cpp): loading a prompt's state from the disk
-// cache against prefilling it. Table on stdout, JSON and a plot (SVG or PNG)
-// on request.
+// (that row's floor); --split times decode's parts (fast backend); --isa
+// runs each row once per kernel table named, in turn, over the same weights
+// (the fast backend). --restore (any backend, bench_restore.cpp): loading a
+// prompt's state from the disk cache against prefilling it. Table on stdout,
+// JSON and a plot (SVG or PNG) on request.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ constexpr const char* kDefaultBackend = "cpu";
 
 struct BenchOptions {
   std::string model, dummy, backend = kDefaultBackend, decode, prefill, json, plot, rev, trace;
-  std::string restore, cache_dir, concurrency;
+  std::string restore, cache_dir, concurrency, isa;
   int gen = 128, repeat = 3;
   uint64_t seed = 1;
   bool sample = false, mmap = false;
@@ -118,21 +119,12 @@ nlohmann::json decode_row(int64_t L, const std::vector<double>& secs, int gen, d
           {"seconds_per_repeat", secs}};
 }
 
-// The prompt-processing rows, timed over the Backend interface.
-nlohmann::json prefill_rows(Backend& b, const std::vector<int64_t>& lengths, int repeat,
-                            uint64_t seed) {
-  nlohmann::json rows = nlohmann::json::array();
-  if (lengths.empty()) return rows;
-  std::printf("%9s %10s %10s\n", "prompt", "tok/s", "seconds");
-  for (int64_t n : lengths) {
-    const std::vector<double> secs = time_prefill(b, n, repeat, seed + uint64_t(n));
-    const double s = median(secs);
-    std::printf("%9lld %10.2f %10.3f\n", (long long)n, double(n) / s, s);
-    std::fflush(stdout);
-    rows.push_back(
-        {{"tokens", n}, {"tok_s", double(n) / s}, {"seconds", s}, {"seconds_per_repeat", secs}});
-  }
-  return rows;
+// One prompt-processing row, timed over the Backend interface.
+nlohmann::json prefill_row(Backend& b, int64_t n, int repeat, uint64_t seed) {
+  const std::vector<double> secs = time_prefill(b, n, repeat, seed + uint64_t(n));
+  const double s = median(secs);
+  std::printf("%9lld %10.2f %10.3f", (long long)n, double(n) / s, s);
+  return {{"tokens", n}, {"tok_s", double(n) / s}, {"seconds", s}, {"seconds_per_repeat", secs}};
 }
 
 // GDN recurrent and conv state read and written per decode token (fp32 here
@@ -178,7 +170,25 @@ nlohmann::json cpu_decode_split(FastCpuBackend& be, int64_t L, int gen, uint64_t
   return j;
 }
 
-// The CPU backends: a checkpoint from disk, the context prefilled.
+// The kernel tables --isa names, in its order (none: the one the fast backend
+// picks, TERN_CPU_ISA or the widest the CPU has).
+std::vector<cpu::Isa> bench_isas(const std::string& list) {
+  if (list.empty()) return {cpu::default_isa()};
+  const std::vector<cpu::Isa> have = cpu::supported_isas();
+  std::vector<cpu::Isa> isas;
+  std::istringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    const auto it = std::find_if(have.begin(), have.end(),
+                                 [&](cpu::Isa i) { return name == cpu::isa_name(i); });
+    if (it == have.end())
+      fail("tern bench --isa: {} is not an instruction set this CPU runs", name);
+    isas.push_back(*it);
+  }
+  return isas;
+}
+
+// The CPU backends: a checkpoint from disk, the context prefilled; the fast
+// backend once per kernel table asked for, each row timed on each in turn.
 int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
   if (!o.dummy.empty())
     fail(
@@ -191,15 +201,28 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
     fail(
         "tern bench: --sample, --leave-out, --trace and the prefill tile options are for the CUDA "
         "backend");
+  const bool fast = o.backend == "cpu";
+  if (!fast && (o.split || !o.isa.empty()))
+    fail("tern bench: --split and --isa are for the fast CPU backend (--backend cpu)");
+  if (o.split && lengths.decode.empty())
+    fail("tern bench: --split on the CPU times decode's parts (--decode)");
+  const std::vector<cpu::Isa> tables = fast ? bench_isas(o.isa) : std::vector<cpu::Isa>{};
   auto w = load_model(o.model, WeightMode::q4, cli::residency_for(o.backend, o.mmap));
   prepare_weights(o.backend, *w);
-  auto be = make_backend(o.backend, w);
-  const ModelConfig& c = be->config();
-  auto* fast = dynamic_cast<FastCpuBackend*>(be.get());
-  if (o.split && (fast == nullptr || lengths.decode.empty()))
-    fail("tern bench: --split on the CPU times decode's parts on the fast backend (--decode)");
-  const std::string isa = fast ? cpu::isa_name(fast->isa()) : "fp32 reference";
-  const int threads = fast ? ThreadPool::global().size() : ThreadPool::global().size();
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::string> isas;
+  if (fast) {
+    for (cpu::Isa i : tables) {
+      backends.push_back(std::make_unique<FastCpuBackend>(w, i));
+      isas.push_back(cpu::isa_name(i));
+    }
+  } else {
+    backends.push_back(make_backend(o.backend, w));
+    isas.push_back("fp32 reference");
+  }
+  const std::string isa = fmt::format("{}", fmt::join(isas, ","));
+  const ModelConfig& c = w->cfg;
+  const int threads = ThreadPool::global().size();
   const cpu::MemoryBandwidth bw = cpu::measure_memory_bandwidth(ThreadPool::global());
   const size_t weights = w->active_bytes_per_token(), gdn_state = gdn_state_bytes(c);
   const size_t kv_per_pos = size_t(c.n_full_layers()) * 2 * c.n_kv_heads * c.head_dim * 4;
@@ -207,25 +230,46 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
       "backend %s (%s), %d threads; copy bandwidth %.1f GB/s (read + write), read %.1f GB/s; "
       "weights read per token %.1f MB\n",
       o.backend.c_str(), isa.c_str(), threads, bw.copy / 1e9, bw.read / 1e9, weights / 1e6);
-  nlohmann::json prefill = prefill_rows(*be, lengths.prefill, o.repeat, o.seed);
+  nlohmann::json prefill = nlohmann::json::array();
+  if (!lengths.prefill.empty())
+    std::printf("%-8s %9s %10s %10s\n", "isa", "prompt", "tok/s", "seconds");
+  for (int64_t n : lengths.prefill)
+    for (size_t i = 0; i < backends.size(); ++i) {
+      std::printf("%-8s ", isas[i].c_str());
+      nlohmann::json row = prefill_row(*backends[i], n, o.repeat, o.seed);
+      std::printf("\n");
+      std::fflush(stdout);
+      row["isa"] = isas[i];
+      prefill.push_back(row);
+    }
   nlohmann::json rows = nlohmann::json::array();
-  std::vector<PlotPoint> points;
-  if (!lengths.decode.empty()) print_decode_header();
-  for (int64_t L : lengths.decode) {
-    const std::vector<double> secs = time_cpu_decode(*be, L, o.gen, o.repeat, o.seed + 7 * L);
-    // Measured again right after the row: a shared VM's bandwidth drifts by
-    // 2x within minutes (docs/cpu-backend.md), and the floor is this row's.
-    const cpu::MemoryBandwidth row_bw = cpu::measure_memory_bandwidth(ThreadPool::global());
-    const double bytes =
-        double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
-    nlohmann::json row = decode_row(L, secs, o.gen, bytes, row_bw.copy, points);
-    row["weight_gb_s"] = double(weights) / (median(secs) / o.gen) / 1e9;
-    row["copy_bandwidth_gb_s"] = row_bw.copy / 1e9;
-    row["read_bandwidth_gb_s"] = row_bw.read / 1e9;
-    row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / row_bw.read;
-    if (o.split) row["split"] = cpu_decode_split(*fast, L, o.gen, o.seed + 7 * L);
-    rows.push_back(row);
+  std::vector<PlotPoint> points, unplotted;  // the plot: the first table's rows
+  if (!lengths.decode.empty()) {
+    std::printf("%-8s ", "isa");
+    print_decode_header();
   }
+  for (int64_t L : lengths.decode)
+    for (size_t i = 0; i < backends.size(); ++i) {
+      const std::vector<double> secs =
+          time_cpu_decode(*backends[i], L, o.gen, o.repeat, o.seed + 7 * L);
+      // Measured again right after the row: a shared VM's bandwidth drifts by
+      // 2x within minutes (docs/cpu-backend.md), and the floor is this row's.
+      const cpu::MemoryBandwidth row_bw = cpu::measure_memory_bandwidth(ThreadPool::global());
+      const double bytes =
+          double(weights + gdn_state) + double(kv_per_pos) * (double(L) + o.gen / 2.0);
+      std::printf("%-8s ", isas[i].c_str());
+      nlohmann::json row =
+          decode_row(L, secs, o.gen, bytes, row_bw.copy, i == 0 ? points : unplotted);
+      row["isa"] = isas[i];
+      row["weight_gb_s"] = double(weights) / (median(secs) / o.gen) / 1e9;
+      row["copy_bandwidth_gb_s"] = row_bw.copy / 1e9;
+      row["read_bandwidth_gb_s"] = row_bw.read / 1e9;
+      row["fraction_of_read_floor"] = double(row["tok_s"]) * bytes / row_bw.read;
+      if (o.split)
+        row["split"] =
+            cpu_decode_split(dynamic_cast<FastCpuBackend&>(*backends[i]), L, o.gen, o.seed + 7 * L);
+      rows.push_back(row);
+    }
   const nlohmann::json j = {{"command", o.command},
                             {"git_revision", o.rev},
                             {"backend", o.backend},
@@ -481,6 +525,10 @@ Runner add_bench(CLI::App& app) {
                               fmt::join(cuda::step_kernel_names(), ", ")))
       ->delimiter(',');
   cmd->add_option("--rev", o->rev, "Git revision recorded in the JSON");
+  cmd->add_option("--isa", o->isa,
+                  "CPU: comma-separated kernel tables (portable, avx2, avxvnni, avx512, amx) to "
+                  "time each row on in turn, over the same weights (default: the one "
+                  "TERN_CPU_ISA or the CPU picks)");
   cmd->add_flag("--split", o->split,
                 "CUDA, with --prefill: one more run per length timing each phase (MoE GEMMs, "
                 "dense GEMMs, GDN, attention, the rest) next to its FLOP floor; CPU, with "

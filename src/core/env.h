@@ -17,8 +17,8 @@ inline constexpr EnvVar kThreadsEnv{"TERN_THREADS",
                                     "threads of the CPU backends' pool (default: one per "
                                     "hardware thread)"};
 inline constexpr EnvVar kCpuIsaEnv{"TERN_CPU_ISA",
-                                   "the CPU backend's instruction set: amx, avx512, avx2 or "
-                                   "portable (default: the best this CPU has)"};
+                                   "the CPU backend's instruction set: amx, avx512, avxvnni, "
+                                   "avx2 or portable (default: the best this CPU has)"};
 inline constexpr EnvVar kCpuPack16Env{"TERN_CPU_PACK16",
                                       "0: keep the MLX layout on the CPU instead of repacking "
                                       "4-bit matrices into 16-row records"};

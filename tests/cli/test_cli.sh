@@ -142,6 +142,18 @@ r = json.load(open(sys.argv[1]))["restore"]
 assert [x["tokens"] for x in r] == [100] and r[0]["load_seconds"] > 0 and r[0]["disk_bytes"] > 0, r
 PY
 [ -z "$(ls -d "$W"/tern-restore-bench-* 2>/dev/null)" ] && ok || bad "bench --restore left its directory"
+# --isa: every row on the portable table (also ARM's) and on the one picked above, in turn.
+ISA=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["isa"])' "$W/bench.json")
+"$TERN" bench --model "$W/tiny" --backend cpu --isa "portable,$ISA" --prefill 8 --decode 4 --gen 2 \
+  --repeat 1 --json "$W/isa.json" >/dev/null 2>&1 || bad "bench --isa"
+python3 - "$W/isa.json" "$ISA" <<'PY' && ok || bad "bench --isa JSON"
+import json, sys
+j, isa = json.load(open(sys.argv[1])), sys.argv[2]
+assert j["isa"] == "portable," + isa, j["isa"]
+for rows in (j["prefill"], j["decode"]):
+    assert [r["isa"] for r in rows] == ["portable", isa] and all(r["tok_s"] > 0 for r in rows), rows
+PY
+expect_error "bench --isa unknown" "bogus is not an instruction set" "$TERN" bench --model "$W/tiny" --backend cpu --isa bogus --decode 4
 expect_error "bench dummy on the CPU" "pass --model DIR" "$TERN" bench --dummy tiny --backend cpu --decode 8
 expect_error "split without decode" "times decode's parts" "$TERN" bench --model "$W/tiny" --backend cpu --prefill 8 --split
 # Without a GPU (CI), the CUDA backend says so (or that it is not built) instead of a runtime error.

@@ -107,9 +107,9 @@ struct MatmulShape {
 // sum of the terms' magnitudes (fp32 accumulation of <= 64 terms a group); and
 // (b) the dequantised weights times the fp32 inputs, in double: the int8
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
-// Tables that take pack16.h's layout are held to the same bounds on the
-// repacked matrix (rows a multiple of 16; groups in 4-group blocks and after),
-// and on 8-bit matrices (the routers) repacked.
+// Every table is held to the same bounds on the repacked matrix (rows a
+// multiple of 16; groups in 4-group blocks and after), and on 8-bit matrices
+// (the routers) repacked.
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
   const MatmulShape shapes[] = {{64, 2048, 1},
                                 {64, 2048, 4},
@@ -198,13 +198,13 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
         }
       };
       if (bits == 4) check(w, rows / 3, "plain");
-      if (k().packed16 && packable(w)) {
+      if (packable(w)) {
         check(packed_copy(w, records), rows / 3 / kPackRows * kPackRows,
               bits == 8 ? "packed16 8-bit" : "packed16");
         ++packed_cases;
       }
     }
-  EXPECT_EQ(packed_cases, k().packed16 ? 22 : 0);
+  EXPECT_EQ(packed_cases, 22);
 }
 
 // gemm_f32 for the formats gemm_q4 does not take (8-bit router, dense bf16,
@@ -262,7 +262,7 @@ TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
     }
     std::vector<uint8_t> records;
     std::vector<QTensor> layouts = {w};
-    if (k().packed16 && packable(w)) layouts.push_back(packed_copy(w, records));
+    if (packable(w)) layouts.push_back(packed_copy(w, records));
     const std::vector<float> x = activations(size_t(most * cs.cols), uint64_t(cs.cols + cs.bits));
     const Codes c = quantize_rows(k(), x, most, cs.cols);
     for (const QTensor& m : layouts)

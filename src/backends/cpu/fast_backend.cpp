@@ -23,9 +23,7 @@ class Model {
     const ModelConfig& c = w.cfg;
     if (c.conv_kernel > 9) fail("the fast CPU backend takes conv kernels of at most 9 taps");
     if (c.top_k > 32) fail("the fast CPU backend routes to at most 32 experts a token");
-    if (has_packed(w) && !(ctx_.k.packed16 && int8))
-      fail("weights repacked for the AVX-512 kernels need them ({} here) and int8 activations",
-           ctx_.k.name);
+    if (has_packed(w) && !int8) fail("weights repacked for the CPU kernels need int8 activations");
     prefault_weights(w, ctx_.pool);
     conv_t_.resize(size_t(c.n_layers));
     for (int i = 0; i < c.n_layers; ++i)

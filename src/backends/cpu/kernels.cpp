@@ -20,6 +20,7 @@ namespace tern::cpu {
 extern const Kernels kPortableKernels;
 #ifdef TERN_CPU_X86
 extern const Kernels kAvx2Kernels;
+extern const Kernels kAvxVnniKernels;
 extern const Kernels kAvx512Kernels;
 extern const Kernels kAmxKernels;
 #endif
@@ -55,6 +56,8 @@ const char* isa_name(Isa isa) {
       return "portable";
     case Isa::avx2:
       return "avx2";
+    case Isa::avxvnni:
+      return "avxvnni";
     case Isa::avx512:
       return "avx512";
     case Isa::amx:
@@ -69,6 +72,7 @@ std::vector<Isa> supported_isas() {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return v;
   v.push_back(Isa::avx2);
+  if (__builtin_cpu_supports("avxvnni")) v.push_back(Isa::avxvnni);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
     v.push_back(Isa::avx512);
@@ -91,6 +95,7 @@ Isa default_isa() {
 const Kernels& kernels(Isa isa) {
 #ifdef TERN_CPU_X86
   if (isa == Isa::avx2) return kAvx2Kernels;
+  if (isa == Isa::avxvnni) return kAvxVnniKernels;
   if (isa == Isa::avx512) return kAvx512Kernels;
   if (isa == Isa::amx) return kAmxKernels;
 #endif

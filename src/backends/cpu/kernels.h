@@ -1,10 +1,12 @@
 // The fast CPU backend's inner kernels, one table per instruction set. Each
 // table is built from one translation unit compiled with that set's flags
 // (kernels_portable.cpp: no -m flags, the baseline that also serves ARM;
-// kernels_avx2.cpp: AVX2 + FMA, kernels_avx512.cpp: AVX-512 with VNNI, each
-// with intrinsics for the 4-bit dot products; the amx table is the avx512
-// one with AMX-INT8 tile products for calls of many tokens);
-// kernels() picks one at run time by what the CPU supports.
+// kernels_avx2.cpp: AVX2 + FMA, kernels_avxvnni.cpp: the same with AVX-VNNI,
+// kernels_avx512.cpp: AVX-512 with VNNI, each with intrinsics for the 4-bit
+// dot products; the amx table is the avx512 one with AMX-INT8 tile products
+// for calls of many tokens); kernels() picks one at run time by what the CPU
+// supports. Every table takes matrices in the checkpoint's layout and in
+// pack16.h's.
 //
 // The 4-bit kernels never expand the weights: activations are quantised to
 // int8 per group of 64 (scale d = max|x| / 127, codes in the order of the
@@ -22,7 +24,7 @@ namespace tern::cpu {
 
 constexpr int kGroup = 64;
 
-enum class Isa { portable, avx2, avx512, amx };
+enum class Isa { portable, avx2, avxvnni, avx512, amx };
 
 // Quantised input rows of a 4-bit matmul. Row t of the operation is row
 // index[t] of the arrays (index null: row t). The codes of a row are laid out
@@ -116,11 +118,9 @@ struct Kernels {
   // One row of `cols` (a multiple of 64) inputs into codes, scales and sums.
   void (*quantize)(const float* x, int64_t cols, int8_t* q, float* d, float* s);
   // y[t][r] = W[r] . x[t] for r in [r0, r1), t < T; W affine 4-bit, group 64,
-  // or (tables with packed16) 4- or 8-bit in the pack16.h layout, r0 and r1
-  // then multiples of 16.
+  // or 4- or 8-bit in the pack16.h layout, r0 and r1 then multiples of 16.
   void (*gemm_q4)(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
                   const OutRows& o);
-  bool packed16;
   // Calls of gemm_q4 with at most this many tokens compute each token's row
   // as a call of that token alone would (a decode step over several
   // sequences relies on it; the amx table's tiles sum in another order).
@@ -140,7 +140,7 @@ const Kernels& kernels(Isa isa);
 // The instruction sets this CPU runs, the portable baseline first.
 std::vector<Isa> supported_isas();
 // The widest supported set, or the one TERN_CPU_ISA names (portable, avx2,
-// avx512, amx).
+// avxvnni, avx512, amx).
 Isa default_isa();
 const char* isa_name(Isa isa);
 

@@ -118,21 +118,66 @@ void Avx512::row(const uint8_t* row, const float* sc, const float* bi, int64_t G
   }
 }
 
-// Matrices in the pack16.h layout to its kernel, the others to Plain.
-template <decltype(Kernels::gemm_q4) Plain>
-void gemm_q4_any(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T,
-                 const OutRows& o) {
-  if (w.packed16) return packed16::gemm_q4(w, r0, r1, x, T, o);
-  Plain(w, r0, r1, x, T, o);
-}
+// The pack16.h records (kernels_packed16.h): 4 bits, each 64-byte vector is
+// 16 rows x 8 codes; its low and high nibbles meet a broadcast 4-byte unit of
+// a token's codes in one vpdpbusd each, so a record is 8 loads, 24 bit
+// operations and 16 vpdpbusd a token, then one conversion and two FMAs with
+// the rows' scales and biases. 8 bits (the routers): 16 loads, each vector one
+// unit, no nibble split. Up to 8 tokens share a record's loads.
+struct Avx512Records {
+  static constexpr int kMaxTokens = 8;
+  using Acc = __m512;
+
+  template <int B, int N, int S>
+  static void record(const uint8_t* rec, const int8_t* const* xa, const float* d, const float* s,
+                     Acc* acc) {
+    constexpr int64_t kCodes = pack_code_bytes(B);
+    auto unit = [&](int t, int u) { return _mm512_set1_epi32(packed16::unit(xa[t] + S * u)); };
+    __m512i lo[N], hi[N];
+    for (int t = 0; t < N; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
+    for (int j = 0; j < kCodes / 64; ++j) {
+      const __m512i v = _mm512_loadu_si512(rec + 64 * j);
+      if constexpr (B == 8) {  // vector j is unit j
+        for (int t = 0; t < N; ++t) {
+          __m512i& a = j % 2 ? hi[t] : lo[t];
+          a = _mm512_dpbusd_epi32(a, v, unit(t, j));
+        }
+      } else {  // its low nibbles are unit 2j, its high ones unit 2j + 1
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        const __m512i l = _mm512_and_si512(v, m4),
+                      h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int t = 0; t < N; ++t) {
+          lo[t] = _mm512_dpbusd_epi32(lo[t], l, unit(t, 2 * j));
+          hi[t] = _mm512_dpbusd_epi32(hi[t], h, unit(t, 2 * j + 1));
+        }
+      }
+    }
+    const __m512 sc = bf16x16(rec + kCodes), bi = bf16x16(rec + kCodes + 32);
+    for (int t = 0; t < N; ++t) {
+      const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
+      acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(d[t])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(s[t]), acc[t]);
+    }
+  }
+
+  static void spill(const Acc& a, float* out) { _mm512_storeu_ps(out, a); }
+
+ private:
+  // 16 bf16 values as floats.
+  static __m512 bf16x16(const uint8_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+};
 
 }  // namespace
 
-extern const Kernels kAvx512Kernels =
-    generic::table(Isa::avx512, "avx512", gemm_q4_any<tiles::gemm_q4<Avx512>>, true);
+extern const Kernels kAvx512Kernels = generic::table(
+    Isa::avx512, "avx512", packed16::gemm_q4_any<Avx512Records, tiles::gemm_q4<Avx512>>);
 // The same with AMX-INT8 tiles for plain matrices in calls of many tokens
 // (kernels_q4_amx.h); packed ones take the AVX-512 kernel.
 extern const Kernels kAmxKernels =
-    generic::table(Isa::amx, "amx", gemm_q4_any<amx::gemm_q4<Avx512>>, true, amx::kMinTokens - 1);
+    generic::table(Isa::amx, "amx", packed16::gemm_q4_any<Avx512Records, amx::gemm_q4<Avx512>>,
+                   amx::kMinTokens - 1);
 
 }  // namespace tern::cpu

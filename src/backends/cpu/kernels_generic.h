@@ -1,7 +1,8 @@
 // The kernels in plain C++, written so that compilers vectorise them (fixed
 // lane counts, independent accumulators). Each ISA's translation unit includes
-// this file inside its own namespace and compiles it with its own flags; the
-// portable table is these functions alone, the AVX2 one replaces gemm_q4.
+// this file inside its own namespace and compiles it with its own flags; every
+// table brings its own matmul of the pack16.h records, and the SIMD ones their
+// own 4-bit matmul of plain rows (gemm_q4 here is the portable one).
 // Not a public header: include it only from a kernels_<isa>.cpp (its functions
 // have internal linkage, so each translation unit keeps its own build of them).
 #pragma once
@@ -647,13 +648,11 @@ void attention(const AttnArgs& a) {
 // An instruction set's table: its 4-bit matmul, the rest of this file built
 // with its flags.
 constexpr Kernels table(Isa isa, const char* name, decltype(Kernels::gemm_q4) gemm_q4,
-                        bool packed16 = false,
                         int64_t alone_tokens = std::numeric_limits<int64_t>::max()) {
   return {.isa = isa,
           .name = name,
           .quantize = quantize,
           .gemm_q4 = gemm_q4,
-          .packed16 = packed16,
           .alone_tokens = alone_tokens,
           .gemm_f32 = gemm_f32,
           .silu_mul = silu_mul,

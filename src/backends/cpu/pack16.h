@@ -1,4 +1,4 @@
-// The layout the AVX-512 decode kernel streams at the memory's pace: a 4- or
+// The layout the CPU's decode kernels stream at the memory's pace: a 4- or
 // 8-bit matrix (affine, group 64, bf16 scales) repacked at load into one
 // stream of records, one per 16-row block and group (block-major):
 //   4 bits, 576 bytes: [0, 512) 8 vectors j of 64 bytes; 32-bit lane r is row
@@ -9,10 +9,12 @@
 //                     the input at byte m of unit u;
 //   then 32 bytes of the 16 rows' scales, bf16, and 32 of their biases.
 // A group's activation codes (kernels.h, code_offset) are 16 units of 4 bytes
-// at unit_base + unit_stride * u, so one vpdpbusd of a vector's nibbles with a
-// broadcast unit adds 4 inputs to all 16 rows' sums, and no row ever needs a
-// horizontal sum. The plain layout streamed at 20-27 GB/s on this backend's
-// 2-core machine where a plain read makes 53-79 (docs/cpu-backend.md).
+// at unit_base + unit_stride * u, so one 4-byte dot product a 32-bit lane of a
+// vector's nibbles with a broadcast unit adds 4 inputs to every row's sum
+// (AVX-512: vpdpbusd on the whole vector; AVX2: vpmaddubsw and vpmaddwd, or
+// AVX-VNNI's vpdpbusd, on each 32-byte half; NEON: sdot on each 16-byte
+// quarter), and no row ever needs a horizontal sum. The plain layout streamed at 20-27 GB/s on this
+// backend's 2-core machine where a plain read makes 53-79 (docs/cpu-backend.md).
 #pragma once
 
 #include <cstdint>
@@ -54,8 +56,8 @@ void pack16(const QTensor& w, uint8_t* out);
 // Repacks every matrix the fast backend multiplies that packable() takes (not
 // the embedding, whose rows are looked up), into buffers the weights own, and
 // gives the bytes they came from back to the system where the checkpoint was
-// read into memory. Returns the bytes repacked. After it the weights serve only
-// kernel tables with `packed16`.
+// read into memory. Returns the bytes repacked. After it the weights need int8
+// activations (gemm_q4; gemm_f32 reads plain rows only).
 size_t pack_weights(ModelWeights& w);
 
 // True when some matrix of w is packed.
