@@ -44,16 +44,21 @@ T* thread_buffer(size_t n) {
 // translation unit has AVX, two SSE or NEON registers where it has not).
 typedef float V8 __attribute__((vector_size(32)));
 
+// 8 floats at any float's address, readable through any type: a load or store
+// through it is one unaligned vector move (a memcpy into a V8 in an array
+// became two 16-byte stores and a 32-byte reload with AVX2, which stalls).
+typedef float V8u __attribute__((vector_size(32), aligned(4), may_alias));
+
 // (A V8 out-parameter, not a return value: a 32-byte vector returned by value
 // has an ABI of its own without AVX.)
 inline void load8(V8& v, const float* p) {
-  std::memcpy(&v, p, sizeof v);
+  v = *reinterpret_cast<const V8u*>(p);
 }
 
 typedef int32_t V8i __attribute__((vector_size(32)));
 
 inline void store8(float* p, const V8& v) {
-  std::memcpy(p, &v, sizeof v);
+  *reinterpret_cast<V8u*>(p) = v;
 }
 
 // exp(x) for 8 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
