@@ -25,8 +25,8 @@ struct QTensor {
   const uint8_t* scales = nullptr;
   const uint8_t* biases = nullptr;
   // Affine 4- or 8-bit, group 64, bf16 scales repacked for the fast CPU
-  // backend's AVX-512 kernels (backends/cpu/pack16.h): rows in blocks of
-  // 16, each group of a block one record of codes, scales and biases in `data`
+  // backend's 4-bit kernels (backends/cpu/pack16.h): rows in blocks of 16,
+  // each group of a block one record of codes, scales and biases in `data`
   // (`scales`, `biases` null). Only those kernels read it; dequant_row fails.
   bool packed16 = false;
 

@@ -174,16 +174,10 @@ nlohmann::json cpu_decode_split(FastCpuBackend& be, int64_t L, int gen, uint64_t
 // picks, TERN_CPU_ISA or the widest the CPU has).
 std::vector<cpu::Isa> bench_isas(const std::string& list) {
   if (list.empty()) return {cpu::default_isa()};
-  const std::vector<cpu::Isa> have = cpu::supported_isas();
   std::vector<cpu::Isa> isas;
   std::istringstream in(list);
-  for (std::string name; std::getline(in, name, ',');) {
-    const auto it = std::find_if(have.begin(), have.end(),
-                                 [&](cpu::Isa i) { return name == cpu::isa_name(i); });
-    if (it == have.end())
-      fail("tern bench --isa: {} is not an instruction set this CPU runs", name);
-    isas.push_back(*it);
-  }
+  for (std::string name; std::getline(in, name, ',');)
+    isas.push_back(cpu::supported_isa(name, "tern bench --isa"));
   return isas;
 }
 

@@ -5,9 +5,11 @@
 // a single group, rows and tokens not multiples of the kernels' tiles).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/moe_layer.h"
@@ -109,7 +111,9 @@ struct MatmulShape {
 // rounding bound sum_g d_g / 2 * sum_i |w_i| (each code is within d/2).
 // Every table is held to the same bounds on the repacked matrix (rows a
 // multiple of 16; groups in 4-group blocks and after), and on 8-bit matrices
-// (the routers) repacked.
+// (the routers) repacked. Each case runs on random codes, then on the largest:
+// every weight code 15 (255) and every input code +-127, the sign alternating
+// by group, where the AVX2 kernels' 16-bit sums peak (8 products of 15 * 127).
 TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
   const MatmulShape shapes[] = {{64, 2048, 1},
                                 {64, 2048, 4},
@@ -135,16 +139,21 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
                                 {70, 512, 12},
                                 {64, 1024, 32}};
   int packed_cases = 0;
-  for (int bits : {4, 8})  // 8 bits: the routers, packed only
+  // 8 bits: the routers, packed only
+  for (const auto& [bits, largest] : {std::pair{4, false}, {8, false}, {4, true}, {8, true}})
     for (const MatmulShape& sh : shapes) {
       const int64_t rows = sh.rows, cols = sh.cols, T = sh.T, G = cols / 64;
       std::vector<uint16_t> storage;
       QTensor d = test::random_bf16_matrix(rows, cols, uint64_t(rows + cols), 0.05f, storage);
       QuantBuffer qb = quantize_matrix(d, bits, 64);
+      SCOPED_TRACE(largest ? "the largest codes" : "random codes");
+      if (largest) std::ranges::fill(qb.packed, ~0u);
       const QTensor w = qb.view(rows, cols, bits, 64);
       // Input row t is row index[t] of 2T quantised rows; output row t is row
       // out_index[t] of T + 1, times scale[t], added to what was there.
-      const std::vector<float> x = activations(size_t(2 * T * cols), uint64_t(T * cols));
+      std::vector<float> x = activations(size_t(2 * T * cols), uint64_t(T * cols));
+      if (largest)
+        for (size_t i = 0; i < x.size(); ++i) x[i] = i / 64 % 2 ? -1.0f : 1.0f;
       const Codes c = quantize_rows(k(), x, 2 * T, cols);
       std::vector<int32_t> index(static_cast<size_t>(T)), out_index(static_cast<size_t>(T));
       std::vector<float> scale(static_cast<size_t>(T));
@@ -204,7 +213,7 @@ TEST_P(FastKernels, Q4MatmulMatchesTheReference) {
         ++packed_cases;
       }
     }
-  EXPECT_EQ(packed_cases, 22);
+  EXPECT_EQ(packed_cases, 44);
 }
 
 // gemm_f32 for the formats gemm_q4 does not take (8-bit router, dense bf16,

@@ -82,14 +82,15 @@ std::vector<Isa> supported_isas() {
   return v;
 }
 
+Isa supported_isa(std::string_view name, std::string_view what) {
+  for (Isa i : supported_isas())
+    if (name == isa_name(i)) return i;
+  fail("{}: {} is not an instruction set this CPU and build support", what, name);
+}
+
 Isa default_isa() {
-  const std::vector<Isa> have = supported_isas();
-  if (const auto env = env_text(kCpuIsaEnv)) {
-    for (Isa i : have)
-      if (*env == isa_name(i)) return i;
-    fail("{}={}: not an instruction set this CPU and build support", kCpuIsaEnv.name, *env);
-  }
-  return have.back();
+  if (const auto env = env_text(kCpuIsaEnv)) return supported_isa(*env, kCpuIsaEnv.name);
+  return supported_isas().back();
 }
 
 const Kernels& kernels(Isa isa) {

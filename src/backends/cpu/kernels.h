@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/weights.h"
@@ -143,6 +144,9 @@ std::vector<Isa> supported_isas();
 // avxvnni, avx512, amx).
 Isa default_isa();
 const char* isa_name(Isa isa);
+// The supported set called `name`; fails naming `what` (the flag or variable
+// that gave it) where this CPU and build have none.
+Isa supported_isa(std::string_view name, std::string_view what);
 
 // True when gemm_q4 takes the matrix (affine, 4 bits, groups of 64, or packed).
 inline bool gemm_q4_takes(const QTensor& w) {

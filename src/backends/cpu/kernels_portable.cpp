@@ -64,6 +64,8 @@ struct Records {
   static constexpr int kMaxTokens = 4;
   using Acc = F32x16;
 
+  static void spill(const Acc& a, float* out) { std::memcpy(out, &a, sizeof a); }
+
   template <int B, int N, int S>
   static void record(const uint8_t* rec, const int8_t* const* xa, const float* d, const float* s,
                      Acc* acc) {
@@ -100,8 +102,6 @@ struct Records {
       acc[t] += p * (sc * d[t]) + bi * s[t];
     }
   }
-
-  static void spill(const Acc& a, float* out) { std::memcpy(out, &a, sizeof a); }
 };
 
 }  // namespace portable

@@ -13,8 +13,9 @@
 // vector's nibbles with a broadcast unit adds 4 inputs to every row's sum
 // (AVX-512: vpdpbusd on the whole vector; AVX2: vpmaddubsw and vpmaddwd, or
 // AVX-VNNI's vpdpbusd, on each 32-byte half; NEON: sdot on each 16-byte
-// quarter), and no row ever needs a horizontal sum. The plain layout streamed at 20-27 GB/s on this
-// backend's 2-core machine where a plain read makes 53-79 (docs/cpu-backend.md).
+// quarter), and no row ever needs a horizontal sum. The plain layout streamed
+// at 20-27 GB/s on this backend's 2-core machine where a plain read makes
+// 53-79 (docs/cpu-backend.md).
 #pragma once
 
 #include <cstdint>
