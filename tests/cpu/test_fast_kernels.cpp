@@ -253,7 +253,8 @@ TEST_P(FastKernels, F32MatmulMatchesTheReferenceForOtherFormats) {
 // A decode step over several sequences (Backend::step) relies on it: a call
 // over T tokens computes each token's row bit for bit as a call of that token
 // alone, whatever T (up to the table's alone_tokens) and in every weight
-// format, plain and repacked, the 4-bit and the fp32 kernels.
+// format, plain and repacked, the 4-bit and the fp32 kernels; outputs scaled
+// and added to what is there, as the MoE's down projections are.
 TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
   struct Case {
     int64_t rows, cols;
@@ -274,10 +275,12 @@ TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
     if (packable(w)) layouts.push_back(packed_copy(w, records));
     const std::vector<float> x = activations(size_t(most * cs.cols), uint64_t(cs.cols + cs.bits));
     const Codes c = quantize_rows(k(), x, most, cs.cols);
+    const std::vector<float> before = test::random_vector(size_t(most * cs.rows), 3);
+    const std::vector<float> scale = test::random_vector(size_t(most), 4);
     for (const QTensor& m : layouts)
       for (int64_t T = 1; T <= most; ++T) {
         auto run = [&](int64_t t0, int64_t n, float* y) {
-          const OutRows o{y, cs.rows};
+          const OutRows o{y, cs.rows, nullptr, scale.data() + t0, true};
           if (gemm_q4_takes(m)) {
             const Codes one{{c.q.begin() + t0 * cs.cols, c.q.end()},
                             {c.d.begin() + t0 * cs.cols / 64, c.d.end()},
@@ -287,7 +290,9 @@ TEST_P(FastKernels, MatmulsComputeEachTokenAsAlone) {
             k().gemm_f32(m, 0, cs.rows, {x.data() + t0 * cs.cols, cs.cols, nullptr}, n, o);
           }
         };
-        std::vector<float> together(size_t(T * cs.rows)), alone(size_t(T * cs.rows));
+        std::vector<float> together = before, alone = before;
+        together.resize(size_t(T * cs.rows));
+        alone.resize(size_t(T * cs.rows));
         run(0, T, together.data());
         for (int64_t t = 0; t < T; ++t) run(t, 1, alone.data() + t * cs.rows);
         EXPECT_EQ(together, alone) << cs.rows << "x" << cs.cols << " bits " << cs.bits

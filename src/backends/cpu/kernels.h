@@ -15,6 +15,7 @@
 // with the integer sum exact and the exact fp32 sum of the group's inputs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,17 @@ struct OutRows {
   const int32_t* index = nullptr;
   const float* scale = nullptr;
   bool accumulate = false;
+
+  // Row t's column r = v times scale[t], or that added to what is there: in
+  // one std::fma, not left to the kernels' -ffp-contract=fast, which fused
+  // the product and the sum in some callers and not in others. So a token's
+  // row is the same in a call of any number of tokens (the MoE's scaled and
+  // accumulated down projections in a decode step over several sequences).
+  void put(int64_t t, int64_t r, float v) const {
+    float& out = y[ld * (index ? index[t] : t) + r];
+    const float s = scale ? scale[t] : 1.0f;
+    out = accumulate ? std::fma(v, s, out) : v * s;
+  }
 };
 
 // One value head's delta rule over T tokens (the math of model::delta_rule_*):

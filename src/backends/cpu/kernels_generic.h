@@ -124,12 +124,6 @@ inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-inline void store(const OutRows& o, int64_t t, int64_t r, float v) {
-  float* y = o.y + o.ld * (o.index ? o.index[t] : t) + r;
-  if (o.scale) v *= o.scale[t];
-  *y = o.accumulate ? *y + v : v;
-}
-
 // Group scales and biases of row r as floats.
 inline void group_params(const QTensor& w, int64_t r, float* sc, float* bi) {
   const size_t G = w.groups_per_row(), g0 = size_t(r) * G;
@@ -225,7 +219,7 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
           for (int l = 0; l < kLanes; ++l) isum += acc[l];
           total += sc[g] * xd[g] * float(isum) + bi[g] * xs[g];
         }
-        store(o, t, r, total);
+        o.put(t, r, total);
       }
     }
   }
@@ -311,12 +305,12 @@ void gemm_f32(const QTensor& w, int64_t r0, int64_t r1, const FRows& x, int64_t 
         float out[4][2];
         dots_4x2(a, b, n, out);
         for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 2; ++j) store(o, t + j, b0 + i, out[i][j]);
+          for (int j = 0; j < 2; ++j) o.put(t + j, b0 + i, out[i][j]);
       }
     for (; t < T; ++t)
       for (int64_t i = 0; i < nr; ++i) {
         const float* r = rows.data() + i * n;
-        store(o, t, b0 + i, lanes ? dot_1x1(r, token(t), n) : dot(r, token(t), n));
+        o.put(t, b0 + i, lanes ? dot_1x1(r, token(t), n) : dot(r, token(t), n));
       }
   }
 }

@@ -64,9 +64,7 @@ void block(const uint8_t* rec, int64_t G, const Token* x, const OutRows& o, int6
   for (int t = 0; t < N; ++t) {
     float v[kPackRows];
     K::spill(acc[t], v);
-    float* y = o.y + o.ld * (o.index ? o.index[t0 + t] : t0 + t) + r;
-    const float scale = o.scale ? o.scale[t0 + t] : 1.0f;
-    for (int i = 0; i < kPackRows; ++i) y[i] = (o.accumulate ? y[i] : 0.0f) + v[i] * scale;
+    for (int i = 0; i < kPackRows; ++i) o.put(t0 + t, r + i, v[i]);
   }
 }
 

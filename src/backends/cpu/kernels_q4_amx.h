@@ -237,7 +237,7 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
               sc.data(), bi.data(), G, out);
         const int nt = int(std::min<int64_t>(kTile, nc - j * kTile));
         for (int n = 0; n < nt; ++n)
-          for (int m = 0; m < nr; ++m) generic::store(o, c0 + j * kTile + n, r + m, out[m][n]);
+          for (int m = 0; m < nr; ++m) o.put(c0 + j * kTile + n, r + m, out[m][n]);
       }
     }
   }

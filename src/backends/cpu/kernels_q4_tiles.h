@@ -64,7 +64,7 @@ void gemm_q4(const QTensor& w, int64_t r0, int64_t r1, const QRows& x, int64_t T
         float out[kMaxTokens];
         row_n<K, K::kMaxTokens>(nt, w.data + size_t(b0 + i) * rb, sc + i * G, bi + i * G, G, tk,
                                 out);
-        for (int t = 0; t < nt; ++t) generic::store(o, t0 + t, b0 + i, out[t]);
+        for (int t = 0; t < nt; ++t) o.put(t0 + t, b0 + i, out[t]);
       }
     }
   }
