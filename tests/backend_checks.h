@@ -2,17 +2,20 @@
 // (tests/cuda): session state saved, restored and forked gives the very
 // logits of an uninterrupted run, also through the disk cache's bytes; a
 // completion split over several generate() calls is the completion of one
-// call; sequences decoded together by step() are decoded as alone; sampling
-// histories are bounded.
+// call; sequences decoded together by step() are decoded as alone, masked or
+// not; sampling histories are bounded.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/constraint.h"
 #include "backend/sampler.h"
 #include "core/error.h"
 
@@ -23,6 +26,33 @@ inline std::vector<int32_t> ids_from(int n, int32_t seed, int vocab) {
   for (int i = 0; i < n; ++i) v[size_t(i)] = int32_t((seed + 7919 * int64_t(i)) % vocab);
   return v;
 }
+
+// A constraint that needs no grammar: every third step free, else a subset
+// of the vocabulary that depends on the step and the token before (as a
+// grammar's does), never empty. It checks that each chosen token was allowed.
+class HashConstraint final : public TokenConstraint {
+ public:
+  explicit HashConstraint(int vocab) : vocab_(vocab) {}
+  bool unconstrained() const override { return step_ % 3 == 2; }
+  void allowed(std::span<uint32_t> words) override {
+    std::mt19937 g(uint32_t(step_ * 7919 + prev_));
+    for (uint32_t& w : words) w = uint32_t(g()) & uint32_t(g()) & uint32_t(g());
+    words[0] |= 1u;  // token 0 always allowed
+    last_.assign(words.begin(), words.end());
+  }
+  void accept(int32_t t) override {
+    ASSERT_TRUE(t >= 0 && t < vocab_);
+    if (!unconstrained()) {
+      EXPECT_TRUE((last_[size_t(t) / 32] >> (t % 32)) & 1u) << "token " << t;
+    }
+    prev_ = t, ++step_;
+  }
+
+ private:
+  int vocab_, step_ = 0;
+  int32_t prev_ = -1;
+  std::vector<uint32_t> last_;
+};
 
 // P then R on a fresh sequence, against: P, a save, Q, a restore, R; and a
 // fork at the save, then R. The same computations in the same order, so the
@@ -131,19 +161,23 @@ inline void check_step_equals_alone(Backend& be) {
     std::vector<int32_t> prompt;
     SamplingParams p;
     int n, join;  // tokens, and the step it joins at
+    bool masked = false;
   };
-  // Up to 12 rows a step (past the CPU kernels' tiles of 8 tokens).
+  // Up to 12 rows a step (past the CPU kernels' tiles of 8 tokens and the
+  // CUDA step's 8 lanes), some of them masked.
   std::vector<Case> cases = {{ids_from(5, 3, V), {}, 12, 0},
-                             {ids_from(17, 8, V), chat_sampling(4), 9, 0},
+                             {ids_from(17, 8, V), chat_sampling(4), 9, 0, true},
                              {ids_from(40, 2, V), chat_sampling(5), 6, 3},
-                             {ids_from(2, 9, V), {}, 3, 5}};
+                             {ids_from(2, 9, V), {}, 3, 5, true}};
   for (int i = 0; i < 8; ++i)
     cases.push_back({ids_from(3 + 7 * i, 11 + i, V),
-                     i % 2 ? chat_sampling(6 + i) : SamplingParams{}, 4 + i % 3, i % 4});
+                     i % 2 ? chat_sampling(6 + i) : SamplingParams{}, 4 + i % 3, i % 4,
+                     i % 3 == 2});
   struct Run {
     std::unique_ptr<Sequence> seq;
     std::vector<int32_t> ids;
     std::vector<std::vector<float>> logits;
+    std::unique_ptr<HashConstraint> mask;
     GenerateHooks hooks;
   };
   auto begin = [&](const Case& c, Run& r) {
@@ -154,6 +188,8 @@ inline void check_step_equals_alone(Backend& be) {
     r.hooks.on_logits = [&r](std::span<const float> l) {
       r.logits.emplace_back(l.begin(), l.end());
     };
+    if (c.masked) r.mask = std::make_unique<HashConstraint>(V);
+    r.hooks.constraint = r.mask.get();
   };
   std::vector<Run> alone(std::size(cases)), together(std::size(cases));
   for (size_t i = 0; i < std::size(cases); ++i) {

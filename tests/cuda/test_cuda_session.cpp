@@ -85,33 +85,6 @@ TEST(CudaSession, SplitGenerationEqualsTheCpu) {
         << (p.greedy() ? "greedy" : "sampled");
 }
 
-// A constraint that needs no grammar: every third step free, else a subset
-// of the vocabulary that depends on the step and the token before (as a
-// grammar's does), never empty. It checks that each chosen token was allowed.
-class HashConstraint final : public TokenConstraint {
- public:
-  explicit HashConstraint(int vocab) : vocab_(vocab) {}
-  bool unconstrained() const override { return step_ % 3 == 2; }
-  void allowed(std::span<uint32_t> words) override {
-    std::mt19937 g(uint32_t(step_ * 7919 + prev_));
-    for (uint32_t& w : words) w = uint32_t(g()) & uint32_t(g()) & uint32_t(g());
-    words[0] |= 1u;  // token 0 always allowed
-    last_.assign(words.begin(), words.end());
-  }
-  void accept(int32_t t) override {
-    ASSERT_TRUE(t >= 0 && t < vocab_);
-    if (!unconstrained()) {
-      EXPECT_TRUE((last_[size_t(t) / 32] >> (t % 32)) & 1u) << "token " << t;
-    }
-    prev_ = t, ++step_;
-  }
-
- private:
-  int vocab_, step_ = 0;
-  int32_t prev_ = -1;
-  std::vector<uint32_t> last_;
-};
-
 // Constrained decoding on the GPU (forward graph, host mask, masked choice)
 // chooses what the CPU's masked sampler does, greedy and seeded, across
 // several generate() calls, and only allowed tokens.

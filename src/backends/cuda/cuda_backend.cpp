@@ -20,7 +20,8 @@ constexpr int kInitialCapacity = 4096;
 }  // namespace
 
 CudaSequence::~CudaSequence() {
-  for (StepGraph& g : graphs) g.reset();
+  for (auto& lane : graphs)
+    for (StepGraph& g : lane) g.reset();
   for (auto* p : k) cudaFree(p);
   for (auto* p : v) cudaFree(p);
   for (auto* p : S) cudaFree(p);
@@ -39,9 +40,19 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
   init();
 }
 
+CudaBackend::Lane::~Lane() {
+  step.reset();  // its buffers before the stream they were made on
+  cudaFreeHost(io);
+  cudaFreeHost(logits);
+  cudaFreeHost(mask_host);
+  cudaFree(mask_dev);
+  if (own_stream) cudaStreamDestroy(stream);
+}
+
 CudaBackend::~CudaBackend() {
-  step_.reset();  // their buffers before the stream they were made on
+  lanes_.clear();
   prefill_.reset();
+  if (lanes_go_ != nullptr) cudaEventDestroy(lanes_go_);
   if (writer_stream_ != nullptr) cudaStreamDestroy(writer_stream_);
   cudaFreeHost(ids_out_);
   cudaFreeHost(logits_out_);
@@ -55,8 +66,20 @@ void CudaBackend::init() {
   check(cudaGetDevice(&device_), "cudaGetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
   snapshots_ = std::make_shared<SnapshotPool>();
-  step_ = std::make_unique<DecodeStep>(*w_, stream_);
-  prefill_ = std::make_unique<Prefill>(*w_, stream_, step_->logits());
+  for (int i = 0; i < kStepLanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->stream = stream_;
+    if (i > 0) {
+      check(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking), "lane stream");
+      lane->own_stream = true;
+    }
+    lane->step = std::make_unique<DecodeStep>(*w_, lane->stream, i);
+    check(cudaMallocHost(&lane->io, 2 * sizeof(int)), "pinned ids");
+    check(cudaStreamSynchronize(lane->stream), "scratch");
+    lanes_.push_back(std::move(lane));
+  }
+  check(cudaEventCreateWithFlags(&lanes_go_, cudaEventDisableTiming), "event");
+  prefill_ = std::make_unique<Prefill>(*w_, stream_, step0().logits());
   check(cudaMallocHost(&ids_out_, 2 * sizeof(int)), "pinned ids");
   for (cudaEvent_t& e : id_ready_)
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
@@ -121,7 +144,8 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   check(cudaStreamSynchronize(stream_), "KV grow");  // the copies are done with the old caches
   for (uint16_t* p : old_caches) cudaFree(p);
   s.capacity = cap;
-  for (StepGraph& g : s.graphs) g.reset();
+  for (auto& lane : s.graphs)
+    for (StepGraph& g : lane) g.reset();
 }
 
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
@@ -169,10 +193,10 @@ void CudaBackend::forward_steps(CudaSequence& s, std::span<const int32_t> tokens
     check(cudaMemcpyAsync(&s.scalars->token, &tokens[size_t(t)], sizeof(int),
                           cudaMemcpyHostToDevice, stream_),
           "token");
-    run_step(s, StepChoice::argmax);
+    run_step(s, StepChoice::argmax, step0());
     if (which == Logits::all || (which == Logits::last && t == T - 1)) {
       float* dst = logits.data() + (which == Logits::all ? size_t(t) * c.vocab : 0);
-      check(cudaMemcpyAsync(dst, step_->logits(), size_t(c.vocab) * sizeof(float),
+      check(cudaMemcpyAsync(dst, step0().logits(), size_t(c.vocab) * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "logits");
     }
@@ -183,13 +207,13 @@ void CudaBackend::forward_steps(CudaSequence& s, std::span<const int32_t> tokens
   check(cudaStreamSynchronize(stream_), "forward");
 }
 
-StepGraph& CudaBackend::step_graph(CudaSequence& s, StepChoice choice) {
+StepGraph& CudaBackend::step_graph(CudaSequence& s, StepChoice choice, DecodeStep& step) {
   reserve(s, s.length() + 1);
-  return step_->graph(s, choice);
+  return step.graph(s, choice);
 }
 
-void CudaBackend::run_step(CudaSequence& s, StepChoice choice) {
-  check(cudaGraphLaunch(step_graph(s, choice).exec, stream_), "graph launch");
+void CudaBackend::run_step(CudaSequence& s, StepChoice choice, DecodeStep& step) {
+  check(cudaGraphLaunch(step_graph(s, choice, step).exec, step.stream()), "graph launch");
   s.length_ += 1;
 }
 
@@ -243,7 +267,8 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   // Step i feeds the token chosen by step i - 1 (already on the device). Its
   // forward is the whole step graph, or under a constraint the graph without
   // the choice, which then follows once the host has the mask.
-  auto forward = [&] { run_step(s, con ? StepChoice::none : s.choice()); };
+  DecodeStep& step = step0();
+  auto forward = [&] { run_step(s, con ? StepChoice::none : s.choice(), step); };
   // The end of step i: the raw logits out when wanted (slot i % 2: step
   // i - 2's, which the host has used), under a constraint the mask (unless
   // free this step; the host rewrites mask_host_ only after the previous id
@@ -251,7 +276,7 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   // slot draws (the completion's step count: earlier calls continue there).
   auto finish = [&](int i) {
     if (hooks.on_logits)
-      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * V, step_->logits(),
+      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * V, step.logits(),
                             size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
             "logits");
     if (con) {
@@ -260,9 +285,9 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
         check(cudaMemcpyAsync(mask_dev_, mask_host_, words * sizeof(uint32_t),
                               cudaMemcpyHostToDevice, stream_),
               "mask");
-        check(mask_logits(step_->logits(), mask_dev_, V, stream_), "mask logits");
+        check(mask_logits(step.logits(), mask_dev_, V, stream_), "mask logits");
       }
-      step_->enqueue_choice(s, s.sampled);
+      step.enqueue_choice(s, s.sampled);
     }
     const int64_t slot = s.draws++ & (CudaSequence::kOutRing - 1);
     check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
@@ -287,6 +312,69 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
     if (con) finish(i + 1);
   }
   check(cudaStreamSynchronize(stream_), "generate");
+}
+
+// Waves of up to kStepLanes rows, row j of a wave on lane j. The lanes start
+// after stream_'s work; reserve() (which syncs stream_) runs before any row
+// is enqueued, and every lane is done before the wave's ids go out, so the
+// single-sequence calls after find every stream idle.
+void CudaBackend::step(std::span<StepRow> rows) {
+  for (size_t w0 = 0; w0 < rows.size(); w0 += lanes_.size()) {
+    const auto wave = rows.subspan(w0, std::min(lanes_.size(), rows.size() - w0));
+    for (StepRow& r : wave) {
+      auto& s = dynamic_cast<CudaSequence&>(*r.seq);
+      check_ids(std::span(&r.token, 1));
+      reserve(s, s.length() + 1);
+    }
+    check(cudaEventRecord(lanes_go_, stream_), "event");
+    for (size_t j = 0; j < wave.size(); ++j) launch_row(*lanes_[j], wave[j]);
+    for (size_t j = 0; j < wave.size(); ++j) finish_row(*lanes_[j], wave[j]);
+  }
+}
+
+// One token of generate() for r on `lane`: the same graph and choice, so the
+// same bits.
+void CudaBackend::launch_row(Lane& lane, StepRow& r) {
+  auto& s = dynamic_cast<CudaSequence&>(*r.seq);
+  const int V = w_->cfg.vocab;
+  const size_t words = mask_words(V);
+  TokenConstraint* con = r.hooks->constraint;
+  cudaStream_t st = lane.stream;
+  if (lane.own_stream) check(cudaStreamWaitEvent(st, lanes_go_), "wait");
+  lane.io[0] = r.token;
+  check(cudaMemcpyAsync(&s.scalars->token, lane.io, sizeof(int), cudaMemcpyHostToDevice, st),
+        "token");
+  run_step(s, con ? StepChoice::none : s.choice(), *lane.step);
+  if (r.hooks->on_logits) {
+    if (lane.logits == nullptr)
+      check(cudaMallocHost(&lane.logits, size_t(V) * sizeof(float)), "pinned logits");
+    check(cudaMemcpyAsync(lane.logits, lane.step->logits(), size_t(V) * sizeof(float),
+                          cudaMemcpyDeviceToHost, st),
+          "logits");
+  }
+  if (con) {
+    if (!con->unconstrained()) {
+      if (lane.mask_host == nullptr) {
+        check(cudaMallocHost(&lane.mask_host, words * sizeof(uint32_t)), "pinned mask");
+        check(cudaMalloc(&lane.mask_dev, words * sizeof(uint32_t)), "mask");
+      }
+      con->allowed({lane.mask_host, words});
+      check(cudaMemcpyAsync(lane.mask_dev, lane.mask_host, words * sizeof(uint32_t),
+                            cudaMemcpyHostToDevice, st),
+            "mask");
+      check(mask_logits(lane.step->logits(), lane.mask_dev, V, st), "mask logits");
+    }
+    lane.step->enqueue_choice(s, s.sampled);
+  }
+  const int64_t slot = s.draws++ & (CudaSequence::kOutRing - 1);
+  check(cudaMemcpyAsync(lane.io + 1, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost, st), "id");
+}
+
+void CudaBackend::finish_row(Lane& lane, StepRow& r) {
+  check(cudaStreamSynchronize(lane.stream), "step");
+  if (r.hooks->on_logits) r.hooks->on_logits({lane.logits, size_t(w_->cfg.vocab)});
+  r.next = lane.io[1];
+  if (r.hooks->constraint) r.hooks->constraint->accept(r.next);
 }
 
 void CudaBackend::set_position(CudaSequence& s, int64_t length) {

@@ -53,6 +53,10 @@ class CudaBackend : public Backend {
   void generate(Sequence& seq, int32_t first, int max_tokens,
                 const std::function<bool(int32_t)>& on_token,
                 const GenerateHooks& hooks = {}) override;
+  // Each row's step graph on a lane of its own (kStepLanes at once, the rest
+  // in further waves), so the rows' kernels run side by side on the GPU;
+  // each graph is the one the row runs alone, on scratch of the lane's.
+  void step(std::span<StepRow> rows) override;
   std::unique_ptr<SequenceState> save(const Sequence& seq) override;
   void restore(Sequence& seq, const SequenceState& st) override;
   std::unique_ptr<Sequence> fork(const Sequence& seq, const SequenceState& st) override;
@@ -75,16 +79,33 @@ class CudaBackend : public Backend {
 
  private:
   friend class CudaBench;
+  // A lane of step(): its decode step's graphs and scratch, its stream (lane
+  // 0's is stream_, which every single-sequence call uses with that lane) and
+  // pinned buffers for one row a wave: its token and id, logits and mask.
+  struct Lane {
+    std::unique_ptr<DecodeStep> step;
+    cudaStream_t stream = nullptr;
+    bool own_stream = false;
+    int* io = nullptr;              // [0] the token fed, [1] the id chosen
+    float* logits = nullptr;        // [vocab], on a row's first on_logits
+    uint32_t* mask_host = nullptr;  // [mask words], on a row's first constraint
+    uint32_t* mask_dev = nullptr;
+    ~Lane();
+  };
+  DecodeStep& step0() const { return *lanes_[0]->step; }
 
   void init();
   // Room for n positions in s's KV cache (grown by copying the chunks in use).
   void reserve(CudaSequence& s, int64_t n);
   // s's length, on the host and as the next step's position on the device.
   void set_position(CudaSequence& s, int64_t length);
-  // The step graph for s's next position (room made first).
-  StepGraph& step_graph(CudaSequence& s, StepChoice choice);
-  // One step through it.
-  void run_step(CudaSequence& s, StepChoice choice);
+  // The step graph for s's next position on `step`'s lane (room made first).
+  StepGraph& step_graph(CudaSequence& s, StepChoice choice, DecodeStep& step);
+  // One step through it, on the lane's stream.
+  void run_step(CudaSequence& s, StepChoice choice, DecodeStep& step);
+  // A row of step(): enqueued on its lane, then its id taken once the lane is done.
+  void launch_row(Lane& lane, StepRow& r);
+  void finish_row(Lane& lane, StepRow& r);
   // forward() of a few tokens: the arg-max step graph token by token.
   void forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
                      std::vector<float>& logits);
@@ -100,8 +121,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<DeviceWeights> w_;
   int device_ = 0;  // the disk cache's writer thread copies snapshots from it
   std::shared_ptr<SnapshotPool> snapshots_;
-  cudaStream_t stream_ = nullptr;  // every call's work, in order
-  std::unique_ptr<DecodeStep> step_;
+  cudaStream_t stream_ = nullptr;             // every call's work, in order
+  std::vector<std::unique_ptr<Lane>> lanes_;  // kStepLanes
+  cudaEvent_t lanes_go_ = nullptr;            // stream_'s work before a step's rows
   std::unique_ptr<Prefill> prefill_;
   int* ids_out_ = nullptr;       // pinned [2]: streamed ids, alternating
   float* logits_out_ = nullptr;  // pinned [2][vocab] for GenerateHooks::on_logits (on first use)

@@ -66,16 +66,16 @@ void CudaBench::fill_synthetic(Sequence& seq, int64_t length, uint64_t seed) {
 
 void CudaBench::leave_out(const std::set<std::string>& names) {
   check_step_kernel_names(names);
-  be_.step_->left_out = names;
+  for (auto& lane : be_.lanes_) lane->step->left_out = names;
 }
 
 int CudaBench::step_kernels(Sequence& seq) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
-  return be_.step_graph(s, s.choice()).kernels;
+  return be_.step_graph(s, s.choice(), be_.step0()).kernels;
 }
 
 void CudaBench::warm_up(CudaSequence& s) {
-  be_.run_step(s, s.choice());
+  be_.run_step(s, s.choice(), be_.step0());
   set_length(s, s.length() - 1);
 }
 
@@ -84,7 +84,7 @@ double CudaBench::time_steps(Sequence& seq, int n) {
   be_.reserve(s, s.length() + n + 1);
   warm_up(s);  // capture outside the timed region
   return event_seconds(be_.stream_, [&] {
-    for (int i = 0; i < n; ++i) be_.run_step(s, s.choice());
+    for (int i = 0; i < n; ++i) be_.run_step(s, s.choice(), be_.step0());
   });
 }
 
@@ -105,7 +105,7 @@ std::vector<TraceRecord> CudaBench::trace_steps(Sequence& seq, int n) {
   check(cudaMemsetAsync(count, 0, sizeof(unsigned), st), "trace buffer");
   check(cudaStreamSynchronize(st), "trace buffer");
   check(trace_bind({rec, count, kCapacity}), "trace bind");
-  for (int i = 0; i < n; ++i) be_.run_step(s, s.choice());
+  for (int i = 0; i < n; ++i) be_.run_step(s, s.choice(), be_.step0());
   check(cudaStreamSynchronize(st), "trace sync");
   check(trace_bind({}), "trace unbind");
   unsigned got = 0;

@@ -26,6 +26,10 @@ struct StepGraph {
 // decoding masks the logits with the host's mask first, outside the graph).
 enum class StepChoice { argmax, sampler, none };
 
+// Step lanes (CudaBackend::step): each its own stream and scratch, so the
+// rows of a step run their graphs at once; a sequence keeps a graph a lane.
+constexpr int kStepLanes = 8;
+
 // The decode step's scalars, one block of device memory a sequence: the
 // captured graphs read them in place, so a replay needs no host copy. The
 // choice (argmax_advance, sample_advance) writes the chosen id into `token`
@@ -60,9 +64,9 @@ class CudaSequence : public Sequence {
   SampleRules* rules = nullptr;    // sampler parameters
   bool sampled = false;            // the completion chooses with the sampler, not arg-max
   int64_t draws = 0;               // steps of the completion so far: its next id's ring slot
-  // The step by how it ends (StepChoice): in arg-max (prefill's forward and
-  // greedy completions), in the sampler, or before the choice.
-  StepGraph graphs[3];
+  // The step by lane and by how it ends (StepChoice): in arg-max (prefill's
+  // forward and greedy completions), in the sampler, or before the choice.
+  StepGraph graphs[kStepLanes][3];
   StepChoice choice() const { return sampled ? StepChoice::sampler : StepChoice::argmax; }
   LayerState layer(int i) const {
     const auto at = size_t(i);

@@ -33,7 +33,8 @@ void StepGraph::reset() {
   exec = nullptr;
 }
 
-DecodeStep::DecodeStep(const DeviceWeights& w, cudaStream_t st) : w_(w), st_(st) {
+DecodeStep::DecodeStep(const DeviceWeights& w, cudaStream_t st, int lane)
+    : w_(w), st_(st), lane_(lane) {
   const ModelConfig& c = w.cfg;
   const size_t proj = std::max(size_t(c.conv_channels() + c.lin_value_dim() + 2 * c.lin_v_heads),
                                size_t(2 * c.n_heads + 2 * c.n_kv_heads) * kHeadDim);
@@ -94,7 +95,7 @@ ExpertsUpArgs DecodeStep::up_args(const DevLayer& L) const {
 // The step graph for the next position (re-captured when the split tier moves).
 StepGraph& DecodeStep::graph(CudaSequence& s, StepChoice choice) {
   const int splits = attn_splits(s.length() + 1, w_.cfg.n_kv_heads);
-  StepGraph& sg = s.graphs[int(choice)];
+  StepGraph& sg = s.graphs[lane_][int(choice)];
   if (sg.exec != nullptr && sg.splits == splits) return sg;
   sg.reset();
   sg.splits = splits;

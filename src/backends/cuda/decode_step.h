@@ -23,8 +23,9 @@ namespace tern::cuda {
 
 class DecodeStep {
  public:
-  // Allocates the step's scratch (zeroed on st).
-  DecodeStep(const DeviceWeights& w, cudaStream_t st);
+  // Allocates the step's scratch (zeroed on st) for step lane `lane`: its
+  // graphs are the sequences' graphs[lane] and run on st.
+  DecodeStep(const DeviceWeights& w, cudaStream_t st, int lane);
   ~DecodeStep();
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
@@ -37,6 +38,7 @@ class DecodeStep {
   void enqueue_choice(CudaSequence& s, bool sampled);
   // The logits of the last step, [vocab] on the device.
   float* logits() const { return logits_; }
+  cudaStream_t stream() const { return st_; }
 
   // Kernels by leave_out.h's names that the graphs captured afterwards leave
   // out: tern bench --leave-out (CudaBench::leave_out) times the step without
@@ -61,6 +63,7 @@ class DecodeStep {
 
   const DeviceWeights& w_;
   cudaStream_t st_;
+  int lane_;
   std::vector<void*> bufs_;
   // Per layer, the feed its router reads (0 or 1; the other is the one it
   // zeroes for the next), or -1: the router runs on its own.
