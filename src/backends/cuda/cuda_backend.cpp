@@ -20,8 +20,8 @@ constexpr int kInitialCapacity = 4096;
 }  // namespace
 
 CudaSequence::~CudaSequence() {
-  for (auto& lane : graphs)
-    for (StepGraph& g : lane) g.reset();
+  for (auto& on_lane : graphs)
+    for (StepGraph& g : on_lane) g.reset();
   for (auto* p : k) cudaFree(p);
   for (auto* p : v) cudaFree(p);
   for (auto* p : S) cudaFree(p);
@@ -144,8 +144,8 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   check(cudaStreamSynchronize(stream_), "KV grow");  // the copies are done with the old caches
   for (uint16_t* p : old_caches) cudaFree(p);
   s.capacity = cap;
-  for (auto& lane : s.graphs)
-    for (StepGraph& g : lane) g.reset();
+  for (auto& on_lane : s.graphs)
+    for (StepGraph& g : on_lane) g.reset();
 }
 
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
@@ -215,6 +215,7 @@ StepGraph& CudaBackend::step_graph(CudaSequence& s, StepChoice choice, DecodeSte
 void CudaBackend::run_step(CudaSequence& s, StepChoice choice, DecodeStep& step) {
   check(cudaGraphLaunch(step_graph(s, choice, step).exec, step.stream()), "graph launch");
   s.length_ += 1;
+  s.lane = step.lane();
 }
 
 void CudaBackend::start_sampling(Sequence& seq, const SamplingParams& p,
@@ -314,21 +315,36 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   check(cudaStreamSynchronize(stream_), "generate");
 }
 
-// Waves of up to kStepLanes rows, row j of a wave on lane j. The lanes start
-// after stream_'s work; reserve() (which syncs stream_) runs before any row
-// is enqueued, and every lane is done before the wave's ids go out, so the
-// single-sequence calls after find every stream idle.
+// Each row keeps the lane of its sequence's last step where it can (its
+// graphs there are captured), the others take the least-used lanes, at most
+// ceil(rows / lanes) rows a lane; then waves of one row a lane. The lanes
+// start after stream_'s work; reserve() (which syncs stream_) runs before any
+// row of a wave is enqueued, and every lane is done before the wave's ids go
+// out, so the single-sequence calls after find every stream idle.
 void CudaBackend::step(std::span<StepRow> rows) {
-  for (size_t w0 = 0; w0 < rows.size(); w0 += lanes_.size()) {
-    const auto wave = rows.subspan(w0, std::min(lanes_.size(), rows.size() - w0));
-    for (StepRow& r : wave) {
-      auto& s = dynamic_cast<CudaSequence&>(*r.seq);
-      check_ids(std::span(&r.token, 1));
-      reserve(s, s.length() + 1);
-    }
+  const size_t per = (rows.size() + lanes_.size() - 1) / lanes_.size();
+  std::vector<std::vector<StepRow*>> on(lanes_.size());
+  std::vector<StepRow*> moved;
+  for (StepRow& r : rows) {
+    check_ids(std::span(&r.token, 1));
+    auto& mine = on[size_t(dynamic_cast<CudaSequence&>(*r.seq).lane)];
+    (mine.size() < per ? mine : moved).push_back(&r);
+  }
+  for (StepRow* r : moved)
+    std::min_element(on.begin(), on.end(), [](auto& a, auto& b) {
+      return a.size() < b.size();
+    })->push_back(r);
+  for (size_t w = 0; w < per; ++w) {
+    for (auto& lane_rows : on)
+      if (w < lane_rows.size()) {
+        auto& s = dynamic_cast<CudaSequence&>(*lane_rows[w]->seq);
+        reserve(s, s.length() + 1);
+      }
     check(cudaEventRecord(lanes_go_, stream_), "event");
-    for (size_t j = 0; j < wave.size(); ++j) launch_row(*lanes_[j], wave[j]);
-    for (size_t j = 0; j < wave.size(); ++j) finish_row(*lanes_[j], wave[j]);
+    for (size_t j = 0; j < on.size(); ++j)
+      if (w < on[j].size()) launch_row(*lanes_[j], *on[j][w]);
+    for (size_t j = 0; j < on.size(); ++j)
+      if (w < on[j].size()) finish_row(*lanes_[j], *on[j][w]);
   }
 }
 

@@ -55,7 +55,8 @@ class CudaBackend : public Backend {
                 const GenerateHooks& hooks = {}) override;
   // Each row's step graph on a lane of its own (kStepLanes at once, the rest
   // in further waves), so the rows' kernels run side by side on the GPU;
-  // each graph is the one the row runs alone, on scratch of the lane's.
+  // each graph is the one the row runs alone, on scratch of the lane's. A
+  // row keeps its sequence's lane from step to step where it can.
   void step(std::span<StepRow> rows) override;
   std::unique_ptr<SequenceState> save(const Sequence& seq) override;
   void restore(Sequence& seq, const SequenceState& st) override;

@@ -67,6 +67,7 @@ class CudaSequence : public Sequence {
   // The step by lane and by how it ends (StepChoice): in arg-max (prefill's
   // forward and greedy completions), in the sampler, or before the choice.
   StepGraph graphs[kStepLanes][3];
+  int lane = 0;  // the lane of its last step, which step() keeps where it can
   StepChoice choice() const { return sampled ? StepChoice::sampler : StepChoice::argmax; }
   LayerState layer(int i) const {
     const auto at = size_t(i);

@@ -39,6 +39,7 @@ class DecodeStep {
   // The logits of the last step, [vocab] on the device.
   float* logits() const { return logits_; }
   cudaStream_t stream() const { return st_; }
+  int lane() const { return lane_; }
 
   // Kernels by leave_out.h's names that the graphs captured afterwards leave
   // out: tern bench --leave-out (CudaBench::leave_out) times the step without
