@@ -11,11 +11,12 @@ namespace tern::cli {
 
 namespace {
 
-// When each generated token came, in seconds from the request's start.
-std::vector<double> token_times(const Result& r) {
+// When each generated token came, in seconds from `t0`: the request started
+// `start` seconds after it.
+std::vector<double> token_times(const Result& r, double start) {
   std::vector<double> t;
   if (r.completion_tokens == 0) return t;
-  t.push_back(r.ttft_s);
+  t.push_back(start + r.ttft_s);
   for (float g : r.token_gaps) t.push_back(t.back() + g);
   return t;
 }
@@ -86,12 +87,17 @@ nlohmann::json run_concurrency_bench(Backend& be, const ConcurrencyBenchOptions&
       Engine engine(be, nullptr, eo);
       Scheduler sched(engine, size_t(n), int(n));
       std::vector<std::shared_ptr<Job>> jobs;
+      const auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < n; ++i)
         jobs.push_back(
             sched.submit(random_request(be, ctx, o.gen, o.seed + uint64_t(ctx * 131 + i))));
-      // Every request starts together (parallel = n), so their clocks agree.
+      // On one clock: the engine may start a request before the next is submitted.
       std::vector<std::vector<double>> times;
-      for (auto& j : jobs) times.push_back(token_times(result_of(*j)));
+      for (auto& j : jobs) {
+        const Result res = result_of(*j);
+        times.push_back(
+            token_times(res, std::chrono::duration<double>(*j->started() - t0).count()));
+      }
       double from = 0, to = 1e30;
       for (const auto& t : times) from = std::max(from, t.front()), to = std::min(to, t.back());
       if (to <= from)
