@@ -84,10 +84,12 @@ struct OutRows {
   // the product and the sum in some callers and not in others. So a token's
   // row is the same in a call of any number of tokens (the MoE's scaled and
   // accumulated down projections in a decode step over several sequences).
-  void put(int64_t t, int64_t r, float v) const {
-    float& out = y[ld * (index ? index[t] : t) + r];
+  void put(int64_t t, int64_t r, float v) const { put_row(t, r, &v, 1); }
+  // put() of columns r .. r + n - 1, the row's place and scale found once.
+  void put_row(int64_t t, int64_t r, const float* v, int n) const {
+    float* out = y + ld * (index ? index[t] : t) + r;
     const float s = scale ? scale[t] : 1.0f;
-    out = accumulate ? std::fma(v, s, out) : v * s;
+    for (int i = 0; i < n; ++i) out[i] = accumulate ? std::fma(v[i], s, out[i]) : v[i] * s;
   }
 };
 

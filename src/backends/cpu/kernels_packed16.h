@@ -64,7 +64,7 @@ void block(const uint8_t* rec, int64_t G, const Token* x, const OutRows& o, int6
   for (int t = 0; t < N; ++t) {
     float v[kPackRows];
     K::spill(acc[t], v);
-    for (int i = 0; i < kPackRows; ++i) o.put(t0 + t, r + i, v[i]);
+    o.put_row(t0 + t, r, v, kPackRows);
   }
 }
 

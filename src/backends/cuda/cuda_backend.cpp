@@ -40,12 +40,25 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceWeights> w) : w_(std::move(w)) {
   init();
 }
 
-CudaBackend::Lane::~Lane() {
-  step.reset();  // its buffers before the stream they were made on
-  cudaFreeHost(io);
+void CudaBackend::StepIo::prepare(const GenerateHooks& hooks, int vocab, int slots) {
+  const size_t words = mask_words(vocab);
+  if (hooks.on_logits && logits == nullptr)
+    check(cudaMallocHost(&logits, size_t(slots) * size_t(vocab) * sizeof(float)), "pinned logits");
+  if (hooks.constraint && mask_host == nullptr) {
+    check(cudaMallocHost(&mask_host, words * sizeof(uint32_t)), "pinned mask");
+    check(cudaMalloc(&mask_dev, words * sizeof(uint32_t)), "mask");
+  }
+}
+
+CudaBackend::StepIo::~StepIo() {
   cudaFreeHost(logits);
   cudaFreeHost(mask_host);
   cudaFree(mask_dev);
+}
+
+CudaBackend::Lane::~Lane() {
+  step.reset();  // its buffers before the stream they were made on
+  cudaFreeHost(ids);
   if (own_stream) cudaStreamDestroy(stream);
 }
 
@@ -55,9 +68,6 @@ CudaBackend::~CudaBackend() {
   if (lanes_go_ != nullptr) cudaEventDestroy(lanes_go_);
   if (writer_stream_ != nullptr) cudaStreamDestroy(writer_stream_);
   cudaFreeHost(ids_out_);
-  cudaFreeHost(logits_out_);
-  cudaFreeHost(mask_host_);
-  cudaFree(mask_dev_);
   for (cudaEvent_t e : id_ready_) cudaEventDestroy(e);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -74,7 +84,7 @@ void CudaBackend::init() {
       lane->own_stream = true;
     }
     lane->step = std::make_unique<DecodeStep>(*w_, lane->stream, i);
-    check(cudaMallocHost(&lane->io, 2 * sizeof(int)), "pinned ids");
+    check(cudaMallocHost(&lane->ids, 2 * sizeof(int)), "pinned ids");
     check(cudaStreamSynchronize(lane->stream), "scratch");
     lanes_.push_back(std::move(lane));
   }
@@ -253,14 +263,8 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
                            const GenerateHooks& hooks) {
   auto& s = dynamic_cast<CudaSequence&>(seq);
   const int V = w_->cfg.vocab;
-  const size_t words = mask_words(V);
   TokenConstraint* con = hooks.constraint;
-  if (hooks.on_logits && logits_out_ == nullptr)
-    check(cudaMallocHost(&logits_out_, 2 * size_t(V) * sizeof(float)), "pinned logits");
-  if (con && mask_host_ == nullptr) {
-    check(cudaMallocHost(&mask_host_, words * sizeof(uint32_t)), "pinned mask");
-    check(cudaMalloc(&mask_dev_, words * sizeof(uint32_t)), "mask");
-  }
+  io_.prepare(hooks, V, 2);
   check_ids(std::span(&first, 1));
   if (max_tokens <= 0) return;
   check(cudaMemcpyAsync(&s.scalars->token, &first, sizeof(int), cudaMemcpyHostToDevice, stream_),
@@ -270,30 +274,12 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   // the choice, which then follows once the host has the mask.
   DecodeStep& step = step0();
   auto forward = [&] { run_step(s, con ? StepChoice::none : s.choice(), step); };
-  // The end of step i: the raw logits out when wanted (slot i % 2: step
-  // i - 2's, which the host has used), under a constraint the mask (unless
-  // free this step; the host rewrites mask_host_ only after the previous id
-  // arrived, so after its copy) and the choice, then the chosen id, ring
-  // slot draws (the completion's step count: earlier calls continue there).
+  // The end of step i: the raw logits into slot i % 2 (step i - 2's, which
+  // the host has used); the host rewrites the mask only after the previous
+  // id arrived, so after its copy. The id's ring slot is draws (the
+  // completion's step count: earlier calls continue there).
   auto finish = [&](int i) {
-    if (hooks.on_logits)
-      check(cudaMemcpyAsync(logits_out_ + size_t(i % 2) * V, step.logits(),
-                            size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-            "logits");
-    if (con) {
-      if (!con->unconstrained()) {
-        con->allowed({mask_host_, words});
-        check(cudaMemcpyAsync(mask_dev_, mask_host_, words * sizeof(uint32_t),
-                              cudaMemcpyHostToDevice, stream_),
-              "mask");
-        check(mask_logits(step.logits(), mask_dev_, V, stream_), "mask logits");
-      }
-      step.enqueue_choice(s, s.sampled);
-    }
-    const int64_t slot = s.draws++ & (CudaSequence::kOutRing - 1);
-    check(cudaMemcpyAsync(ids_out_ + i % 2, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost,
-                          stream_),
-          "id");
+    end_step(s, step, hooks, io_, i % 2, ids_out_ + i % 2);
     check(cudaEventRecord(id_ready_[i % 2], stream_), "event");
   };
   forward();
@@ -306,7 +292,7 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
       if (!con) finish(i + 1);
     }
     check(cudaEventSynchronize(id_ready_[i % 2]), "id");
-    if (hooks.on_logits) hooks.on_logits({logits_out_ + size_t(i % 2) * V, size_t(V)});
+    if (hooks.on_logits) hooks.on_logits({io_.logits + size_t(i % 2) * V, size_t(V)});
     const int32_t id = ids_out_[i % 2];
     if (con) con->accept(id);
     if (!on_token(id) || i + 1 == max_tokens) break;
@@ -348,48 +334,47 @@ void CudaBackend::step(std::span<StepRow> rows) {
   }
 }
 
-// One token of generate() for r on `lane`: the same graph and choice, so the
+void CudaBackend::end_step(CudaSequence& s, DecodeStep& step, const GenerateHooks& hooks,
+                           const StepIo& io, int slot, int* id) {
+  const int V = w_->cfg.vocab;
+  const size_t words = mask_words(V);
+  cudaStream_t st = step.stream();
+  if (hooks.on_logits)
+    check(cudaMemcpyAsync(io.logits + size_t(slot) * V, step.logits(), size_t(V) * sizeof(float),
+                          cudaMemcpyDeviceToHost, st),
+          "logits");
+  if (TokenConstraint* con = hooks.constraint) {
+    if (!con->unconstrained()) {
+      con->allowed({io.mask_host, words});
+      check(cudaMemcpyAsync(io.mask_dev, io.mask_host, words * sizeof(uint32_t),
+                            cudaMemcpyHostToDevice, st),
+            "mask");
+      check(mask_logits(step.logits(), io.mask_dev, V, st), "mask logits");
+    }
+    step.enqueue_choice(s, s.sampled);
+  }
+  const int64_t ring = s.draws++ & (CudaSequence::kOutRing - 1);
+  check(cudaMemcpyAsync(id, s.out + ring, sizeof(int), cudaMemcpyDeviceToHost, st), "id");
+}
+
+// One token of generate() for r on `lane`: the same graph and end, so the
 // same bits.
 void CudaBackend::launch_row(Lane& lane, StepRow& r) {
   auto& s = dynamic_cast<CudaSequence&>(*r.seq);
-  const int V = w_->cfg.vocab;
-  const size_t words = mask_words(V);
-  TokenConstraint* con = r.hooks->constraint;
-  cudaStream_t st = lane.stream;
-  if (lane.own_stream) check(cudaStreamWaitEvent(st, lanes_go_), "wait");
-  lane.io[0] = r.token;
-  check(cudaMemcpyAsync(&s.scalars->token, lane.io, sizeof(int), cudaMemcpyHostToDevice, st),
+  if (lane.own_stream) check(cudaStreamWaitEvent(lane.stream, lanes_go_), "wait");
+  lane.io.prepare(*r.hooks, w_->cfg.vocab, 1);
+  lane.ids[0] = r.token;
+  check(cudaMemcpyAsync(&s.scalars->token, lane.ids, sizeof(int), cudaMemcpyHostToDevice,
+                        lane.stream),
         "token");
-  run_step(s, con ? StepChoice::none : s.choice(), *lane.step);
-  if (r.hooks->on_logits) {
-    if (lane.logits == nullptr)
-      check(cudaMallocHost(&lane.logits, size_t(V) * sizeof(float)), "pinned logits");
-    check(cudaMemcpyAsync(lane.logits, lane.step->logits(), size_t(V) * sizeof(float),
-                          cudaMemcpyDeviceToHost, st),
-          "logits");
-  }
-  if (con) {
-    if (!con->unconstrained()) {
-      if (lane.mask_host == nullptr) {
-        check(cudaMallocHost(&lane.mask_host, words * sizeof(uint32_t)), "pinned mask");
-        check(cudaMalloc(&lane.mask_dev, words * sizeof(uint32_t)), "mask");
-      }
-      con->allowed({lane.mask_host, words});
-      check(cudaMemcpyAsync(lane.mask_dev, lane.mask_host, words * sizeof(uint32_t),
-                            cudaMemcpyHostToDevice, st),
-            "mask");
-      check(mask_logits(lane.step->logits(), lane.mask_dev, V, st), "mask logits");
-    }
-    lane.step->enqueue_choice(s, s.sampled);
-  }
-  const int64_t slot = s.draws++ & (CudaSequence::kOutRing - 1);
-  check(cudaMemcpyAsync(lane.io + 1, s.out + slot, sizeof(int), cudaMemcpyDeviceToHost, st), "id");
+  run_step(s, r.hooks->constraint ? StepChoice::none : s.choice(), *lane.step);
+  end_step(s, *lane.step, *r.hooks, lane.io, 0, lane.ids + 1);
 }
 
 void CudaBackend::finish_row(Lane& lane, StepRow& r) {
   check(cudaStreamSynchronize(lane.stream), "step");
-  if (r.hooks->on_logits) r.hooks->on_logits({lane.logits, size_t(w_->cfg.vocab)});
-  r.next = lane.io[1];
+  if (r.hooks->on_logits) r.hooks->on_logits({lane.io.logits, size_t(w_->cfg.vocab)});
+  r.next = lane.ids[1];
   if (r.hooks->constraint) r.hooks->constraint->accept(r.next);
 }
 

@@ -80,17 +80,28 @@ class CudaBackend : public Backend {
 
  private:
   friend class CudaBench;
+  // Pinned buffers a step's end copies through, made on the first call that
+  // wants them: `slots` rows of raw logits, the constraint's mask and its
+  // copy on the device.
+  struct StepIo {
+    float* logits = nullptr;        // [slots][vocab], for GenerateHooks::on_logits
+    uint32_t* mask_host = nullptr;  // [mask words]
+    uint32_t* mask_dev = nullptr;
+    void prepare(const GenerateHooks& hooks, int vocab, int slots);
+    StepIo() = default;
+    StepIo(const StepIo&) = delete;
+    StepIo& operator=(const StepIo&) = delete;
+    ~StepIo();
+  };
   // A lane of step(): its decode step's graphs and scratch, its stream (lane
   // 0's is stream_, which every single-sequence call uses with that lane) and
-  // pinned buffers for one row a wave: its token and id, logits and mask.
+  // pinned buffers for one row a wave.
   struct Lane {
     std::unique_ptr<DecodeStep> step;
     cudaStream_t stream = nullptr;
     bool own_stream = false;
-    int* io = nullptr;              // [0] the token fed, [1] the id chosen
-    float* logits = nullptr;        // [vocab], on a row's first on_logits
-    uint32_t* mask_host = nullptr;  // [mask words], on a row's first constraint
-    uint32_t* mask_dev = nullptr;
+    int* ids = nullptr;  // [0] the token fed, [1] the id chosen
+    StepIo io;           // one slot
     ~Lane();
   };
   DecodeStep& step0() const { return *lanes_[0]->step; }
@@ -104,6 +115,11 @@ class CudaBackend : public Backend {
   StepGraph& step_graph(CudaSequence& s, StepChoice choice, DecodeStep& step);
   // One step through it, on the lane's stream.
   void run_step(CudaSequence& s, StepChoice choice, DecodeStep& step);
+  // The end of a step of s after its forward on `step`'s lane (its stream):
+  // the raw logits into io's slot `slot` when hooks want them, under a
+  // constraint the mask (through io) and the choice, then the chosen id to `id`.
+  void end_step(CudaSequence& s, DecodeStep& step, const GenerateHooks& hooks, const StepIo& io,
+                int slot, int* id);
   // A row of step(): enqueued on its lane, then its id taken once the lane is done.
   void launch_row(Lane& lane, StepRow& r);
   void finish_row(Lane& lane, StepRow& r);
@@ -126,11 +142,9 @@ class CudaBackend : public Backend {
   std::vector<std::unique_ptr<Lane>> lanes_;  // kStepLanes
   cudaEvent_t lanes_go_ = nullptr;            // stream_'s work before a step's rows
   std::unique_ptr<Prefill> prefill_;
-  int* ids_out_ = nullptr;       // pinned [2]: streamed ids, alternating
-  float* logits_out_ = nullptr;  // pinned [2][vocab] for GenerateHooks::on_logits (on first use)
+  int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
+  StepIo io_;               // generate()'s: two slots, alternating
   cudaEvent_t id_ready_[2] = {};
-  uint32_t* mask_host_ = nullptr;   // pinned [mask words]: the constraint's mask (on first use)
-  uint32_t* mask_dev_ = nullptr;    // its copy on the device
   Staging staging_;                 // the disk cache's loads and KV pieces (engine thread)
   mutable Staging writer_staging_;  // export_state on the disk cache's writer thread
   mutable cudaStream_t writer_stream_ = nullptr;
