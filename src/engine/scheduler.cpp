@@ -73,6 +73,7 @@ std::shared_ptr<Job> Scheduler::submit(Request r, EndHook on_end) {
 
 std::shared_ptr<Job> Scheduler::submit_background(Request r) {
   auto job = std::make_shared<Job>(std::move(r));
+  job->background_ = true;
   {
     std::lock_guard lock(m_);
     if (stop_ || !queue_.empty()) return nullptr;
@@ -115,7 +116,14 @@ bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
     std::unique_lock lock(m_);
     cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
     if (queue_.empty() && active.empty()) return false;  // stopping, nothing left
-    while (active.size() + taken.size() < size_t(parallel_) && !queue_.empty()) {
+    // Background work holds the session it extends (acquired, out of the
+    // cache) until it ends; a request admitted beside it would miss that
+    // session. A request cancels it, so it ends at its next prefill stop.
+    auto holds_background = [](const auto& v) {
+      return std::any_of(v.begin(), v.end(), [](const auto& a) { return a->background; });
+    };
+    while (active.size() + taken.size() < size_t(parallel_) && !queue_.empty() &&
+           !holds_background(active) && !holds_background(taken)) {
       const size_t need = engine_.sequence_need(queue_.front()->request());
       if (seq_budget_ > 0 && held_ + need > seq_budget_ && !running_.empty()) break;
       auto a = std::make_unique<Active>();
@@ -123,7 +131,7 @@ bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
       held_ += need;
       a->job = std::move(queue_.front());
       queue_.pop_front();
-      a->background = a->job == background_;
+      a->background = a->job->background_;
       running_.push_back(a->job);
       taken.push_back(std::move(a));
     }

@@ -51,6 +51,7 @@ class Job {
   void mark_started();
 
   Request req_;
+  bool background_ = false;  // submit_background's work, cancelled or not
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<Event> events_;

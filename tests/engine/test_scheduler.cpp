@@ -32,11 +32,11 @@ bool ended_now(Job& job) {
 }
 
 struct Fixture {
-  Fixture()
+  explicit Fixture(int parallel = 1)
       : m(52),
         be(m.be.config(), m.tok, {{"rivers", "Rivers flow to the sea."}}),
         engine(be, &m.tok, EngineOptions{}),
-        sched(engine, 8) {}
+        sched(engine, 8, parallel) {}
   Request ask(const json& messages) const {
     Request r;
     r.prompt = m.chat(messages);
@@ -104,6 +104,34 @@ TEST(Scheduler, BackgroundWorkWaitsBehindNothingAndYieldsToRequests) {
   EXPECT_NE(ec.result->finish, Finish::cancelled);
   EXPECT_GT(ec.result->completion_tokens, 0);
   end_of(*held);
+}
+
+// Background work holds the session it extends until it ends: a request
+// that cancels it, with a slot free beside it, still gets that session.
+TEST(Scheduler, ARequestThatCancelsBackgroundWorkGetsItsSession) {
+  Fixture f(2);
+  json msgs = {{{"role", "user"}, {"content", "Tell me about rivers."}}};
+  std::latch in_hook(1), release(1);
+  auto first = f.sched.submit(f.ask(msgs), [&](const Job&, const Job::Event&) {
+    in_hook.count_down();
+    release.wait();
+  });
+  in_hook.wait();  // the first turn is cached; the engine thread waits here
+  ParsedDelta answer;
+  answer.content = "Rivers flow to the sea.";
+  auto bg = f.sched.submit_background(prefill_only(
+      next_turn_prefix({{"messages", msgs}, {"enable_thinking", false}}, f.m.tok, answer)));
+  ASSERT_TRUE(bg);
+  msgs.push_back({{"role", "assistant"}, {"content", answer.content}});
+  msgs.push_back({{"role", "user"}, {"content", "And mountains?"}});
+  auto next = f.sched.submit(f.ask(msgs));  // cancels bg, both queued
+  ASSERT_TRUE(next);
+  release.count_down();
+  const Job::Event e1 = end_of(*first), eb = end_of(*bg), en = end_of(*next);
+  ASSERT_TRUE(e1.result && eb.result && en.result);
+  EXPECT_EQ(eb.result->finish, Finish::cancelled);
+  EXPECT_GT(en.result->cached_tokens, e1.result->prompt_tokens / 2)
+      << "the cancelled background work held the session";
 }
 
 // Beside a running request (two slots), background work waits; one
