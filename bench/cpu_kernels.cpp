@@ -1,6 +1,7 @@
 // Micro-benchmark of the fast CPU backend's 4-bit matmul per instruction set
 // (and its 8-bit routers'):
-// decode (one token, a matrix far larger than L3, so memory streams) and
+// decode (one token and four, a step of four sequences; a matrix far larger
+// than L3, so memory streams) and
 // prefill shapes (many tokens over a matrix in cache), in GB/s of packed
 // weights and G multiply-adds/s, beside the machine's memory bandwidth.
 // On x86 with AVX-512 VNNI it first times the core's own vpdpbusd and FMA
@@ -415,6 +416,7 @@ int main(int argc, char** argv) {
     if (!want_isa.empty() && want_isa != isa_name(isa)) continue;
     const Kernels& k = kernels(isa);
     run_shape(k, pool, big, 1, 64, 5, "decode, from memory", only, "decode-memory");
+    run_shape(k, pool, big, 4, 64, 5, "decode of 4 rows, from memory", only, "decode-memory");
     run_shape(k, pool, expert, 1, 64, 50, "decode, in cache", only, "decode-cache");
     run_shape(k, pool, routers, 1, 64, 20, "decode, 40 8-bit routers", only, "routers");
     run_shape(k, pool, expert, 16, 64, 20, "expert, 16 tokens", only, "expert");
