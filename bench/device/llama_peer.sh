@@ -12,9 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 W=bench/prebuilt-peer-out
 mkdir -p $W
-for a in peer tern; do
-  [ -s $W/$a/REV ] || xz -dc bench/prebuilt-peer/$a.tar.xz | tar xf - -C $W
-done
+rm -rf $W/peer $W/tern  # this call's builds, not a warm machine's older ones
+for a in peer tern; do xz -dc bench/prebuilt-peer/$a.tar.xz | tar xf - -C $W; done
 export PREBUILT=$W/tern
 source bench/device/prebuilt_env.sh
 P=$W/peer

@@ -119,11 +119,10 @@ bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
     // Background work holds the session it extends (acquired, out of the
     // cache) until it ends; a request admitted beside it would miss that
     // session. A request cancels it, so it ends at its next prefill stop.
-    auto holds_background = [](const auto& v) {
-      return std::any_of(v.begin(), v.end(), [](const auto& a) { return a->background; });
-    };
-    while (active.size() + taken.size() < size_t(parallel_) && !queue_.empty() &&
-           !holds_background(active) && !holds_background(taken)) {
+    const bool background_held = std::any_of(active.begin(), active.end(),
+                                             [](const auto& a) { return a->job->background_; });
+    while (!background_held && active.size() + taken.size() < size_t(parallel_) &&
+           !queue_.empty()) {
       const size_t need = engine_.sequence_need(queue_.front()->request());
       if (seq_budget_ > 0 && held_ + need > seq_budget_ && !running_.empty()) break;
       auto a = std::make_unique<Active>();
@@ -131,9 +130,9 @@ bool Scheduler::admit(std::vector<std::unique_ptr<Active>>& active) {
       held_ += need;
       a->job = std::move(queue_.front());
       queue_.pop_front();
-      a->background = a->job->background_;
       running_.push_back(a->job);
       taken.push_back(std::move(a));
+      if (taken.back()->job->background_) break;  // it too holds its session
     }
   }
   for (auto& a : taken) {
@@ -163,11 +162,12 @@ void Scheduler::advance(std::vector<std::unique_ptr<Active>>& active) {
   auto in = [](const Active& a, Stream::Phase p) { return a.stream && a.stream->phase() == p; };
   // One prefill call: the oldest request still prefilling; background work
   // only when no request runs, unless cancelled (its call then just ends it).
-  const bool requests = std::any_of(active.begin(), active.end(),
-                                    [](const auto& a) { return a->stream && !a->background; });
+  const bool requests = std::any_of(active.begin(), active.end(), [](const auto& a) {
+    return a->stream && !a->job->background_;
+  });
   const auto pre = std::find_if(active.begin(), active.end(), [&](const auto& a) {
     return in(*a, Stream::Phase::prefill) &&
-           (!a->background || !requests || a->job->request().cancelled->load());
+           (!a->job->background_ || !requests || a->job->request().cancelled->load());
   });
   std::vector<Active*> decoding;
   for (auto& a : active)

@@ -100,7 +100,6 @@ class Scheduler {
  private:
   struct Active {
     std::shared_ptr<Job> job;
-    bool background = false;
     std::function<void(Delta&&)> on_delta;  // before stream: it refers to this
     std::unique_ptr<Stream> stream;
     size_t need = 0;  // Engine::sequence_need

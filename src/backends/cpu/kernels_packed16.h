@@ -46,7 +46,7 @@ struct Token {
 // A pass of several tokens computes long enough per record that the
 // hardware prefetcher alone leaves the memory idle between its requests:
 // asking for the bytes 4 KB ahead (7 records) takes 4 rows of decode from
-// 5.0-5.4 to 3.4-3.7 ms a 151 MB matrix on the Zen 5 VM (bench/cpu_kernels
+// 5.0-5.4 to 3.4-3.8 ms a 151 MB matrix on the Zen 5 VM (bench/cpu_kernels
 // decode-memory). One token gains nothing from it (docs/cpu-backend.md).
 constexpr int64_t kPrefetchAhead = 4096;
 constexpr int kPrefetchFrom = 2;  // tokens a pass
