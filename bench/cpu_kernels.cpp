@@ -329,14 +329,15 @@ void run_gdn(const Kernels& k, ThreadPool& pool, const std::string& only) {
 // on the 35b-a3b's shapes, 256 experts (453 MB), through 40 layers a token as
 // decode does: each layer has its own router and shared expert (in a model
 // they stream from memory too), the routed experts are one set (far larger
-// than the caches). Each token comes with a fresh input, so its routes change.
+// than the caches). Each token comes with a fresh input, so its routes change;
+// passes of 4 rows are a step of 4 sequences (the experts the rows touch).
 // GB/s: the matrices' bytes a token touches over its time.
-void run_moe(const Kernels& k, ThreadPool& pool, const std::string& only) {
+void run_moe(const Kernels& k, ThreadPool& pool, int rows, const std::string& only) {
   if (!only.empty() && only != "moe") return;
   const ModelConfig c = shapes_35b();
   constexpr int kLayers = 40, kTokens = 16;
   Held held;
-  auto make = [&](int64_t rows, int64_t cols, int bits) { return held.make(k, rows, cols, bits); };
+  auto make = [&](int64_t n, int64_t cols, int bits) { return held.make(k, n, cols, bits); };
   std::vector<MoeWeights> w(kLayers);
   for (int e = 0; e < c.n_experts; ++e) {
     w[0].gate.push_back(make(c.moe_inter, c.hidden, 4));
@@ -354,7 +355,7 @@ void run_moe(const Kernels& k, ThreadPool& pool, const std::string& only) {
     l.shared_down = make(c.hidden, c.shared_inter, 4);
   }
   CounterRng rng(11);
-  std::vector<float> x(size_t(kTokens * c.hidden)), out(size_t(c.hidden));
+  std::vector<float> x(size_t(kTokens * c.hidden)), out(size_t(rows * c.hidden));
   for (float& v : x) v = rng.normal();
   Context ctx{pool, k, true, {}};
   MoeLayer moe;
@@ -364,35 +365,43 @@ void run_moe(const Kernels& k, ThreadPool& pool, const std::string& only) {
   std::vector<double> rounds;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int t = 0; t < kTokens; ++t)
+    for (int t = 0; t + rows <= kTokens; t += rows)
       for (const MoeWeights& l : w) {
-        act.set(pool, k, x.data() + t * c.hidden, c.hidden, 1, c.hidden, true);
-        moe.forward(ctx, c, l, act, 1, out.data());
+        act.set(pool, k, x.data() + t * c.hidden, c.hidden, rows, c.hidden, true);
+        moe.forward(ctx, c, l, act, rows, out.data());
       }
     rounds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  // The bytes: routers, shared experts and each layer's 8 experts (routed
-  // again here, untimed, from fp32 inputs: a near-tie may pick another expert
-  // of the same size).
+  // The bytes: routers, shared experts and the union of each pass's experts
+  // in each layer (routed again here, untimed, from fp32 inputs: a near-tie
+  // may pick another expert of the same size).
   double bytes = 0;
-  for (int t = 0; t < kTokens; ++t)
+  int64_t touched = 0;
+  for (int t = 0; t + rows <= kTokens; t += rows)
     for (size_t i = 0; i < w.size(); ++i) {
       const MoeWeights& l = w[i];
-      k.gemm_f32(held.owned[router_at[i]].t, 0, c.n_experts,
-                 {x.data() + t * c.hidden, c.hidden, nullptr}, 1, {logits.data(), c.n_experts});
-      route(logits.data(), c.n_experts, c.top_k, c.norm_topk, experts.data(), weights.data());
       bytes += double(l.router.bytes() + l.shared_gate.bytes() + l.shared_up.bytes() +
                       l.shared_down.bytes());
-      for (int32_t e : experts)
-        bytes +=
-            double(l.gate[size_t(e)].bytes() + l.up[size_t(e)].bytes() + l.down[size_t(e)].bytes());
+      std::vector<bool> used(size_t(c.n_experts));
+      for (int r = t; r < t + rows; ++r) {
+        k.gemm_f32(held.owned[router_at[i]].t, 0, c.n_experts,
+                   {x.data() + r * c.hidden, c.hidden, nullptr}, 1, {logits.data(), c.n_experts});
+        route(logits.data(), c.n_experts, c.top_k, c.norm_topk, experts.data(), weights.data());
+        for (int32_t e : experts) used[size_t(e)] = true;
+      }
+      for (int e = 0; e < c.n_experts; ++e)
+        if (used[size_t(e)]) {
+          ++touched;
+          bytes += double(l.gate[size_t(e)].bytes() + l.up[size_t(e)].bytes() +
+                          l.down[size_t(e)].bytes());
+        }
     }
   std::ranges::sort(rounds);
-  const double mid = rounds[1];
+  const double mid = rounds[1], passes = double(kTokens / rows * kLayers);
   std::printf(
-      "%-8s moe block decode, 40 layers, 256 experts of 512 x 2048: %8.3f ms a token-layer "
-      "(median of 3; min %.3f)  %6.1f GB/s\n",
-      k.name, mid / kTokens / kLayers * 1e3, rounds[0] / kTokens / kLayers * 1e3,
+      "%-8s moe block decode of %d rows, 40 layers, 256 experts of 512 x 2048: %8.3f ms a "
+      "layer (median of 3; min %.3f), %.1f experts  %6.1f GB/s\n",
+      k.name, rows, mid / passes * 1e3, rounds[0] / passes * 1e3, double(touched) / passes,
       bytes / mid / 1e9);
 }
 
@@ -424,7 +433,8 @@ int main(int argc, char** argv) {
     run_shape(k, pool, dense, 512, 64, 1, "dense, 512 tokens", only, "dense512");
     for (int64_t n : {512, 8192, 32768}) run_attention(k, pool, n, only);
     run_delta(k, pool, only);
-    run_moe(k, pool, only);
+    run_moe(k, pool, 1, only);
+    run_moe(k, pool, 4, only);
     run_gdn(k, pool, only);
   }
 }
