@@ -9,9 +9,10 @@
 #   tern.tar.xz  a tern build from prepare_device.sh (tern, lib/, REV), no tests
 #   prepare_peer.sh LLAMA_SRC LLAMA_BUILD WRITER LLAMA_REV [TERN_PREBUILT]
 # LLAMA_BUILD: cmake -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
-# -DLLAMA_BUILD_SERVER=OFF, targets llama-bench llama-batched-bench (without a
-# GPU here, link those two with -Wl,--allow-shlib-undefined: libcuda is the
-# driver's).
+# -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_SERVER=OFF
+# -DLLAMA_BUILD_UI=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined
+# (libcuda is the driver's, absent without a GPU) '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib',
+# targets llama-bench llama-batched-bench (38 minutes on 2 cores).
 set -euo pipefail
 src=$1 build=$2 writer=$3 rev=$4 tern=${5:-bench/prebuilt}
 cd "$(dirname "$0")/../.."
