@@ -195,6 +195,8 @@ double run(const Shape& sh, const uint8_t* set, const float* x, float* y, int bl
   if (cudaEventSynchronize(b) != cudaSuccess) return -1;
   float ms = 0;
   cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
   const double us = 1e3 * ms / kLaunches, gbs = double(sh.bytes()) / (us * 1e3);
   std::vector<float> out(size_t(R) * sh.rows);
   if (cudaMemcpy(out.data(), y, out.size() * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
