@@ -2,12 +2,14 @@
 # On the GPU machine: per-kernel time of decode steps at one context length
 # (ncu, clocks and caches left alone; kernels still run one at a time, so the
 # total is above an event-timed step), aggregated by kernel name into $OUT/profile.txt.
+# CONC=N: the steps of N requests decoding at once (tern bench --concurrency N,
+# whose prompts' prefill kernels are listed too; a step has one arg-max launch).
 set -uo pipefail
 source "$(dirname "$0")/prebuilt_env.sh"
 CTX=${CTX:-4096}
 ncu --metrics gpu__time_duration.sum --csv --graph-profiling node --cache-control none --clock-control none \
-  $BIN/tern bench --dummy 35b-a3b --backend cuda --decode "$CTX" --gen 2 --repeat 1 \
-  --json /tmp/p.json >/tmp/ncu.csv 2>/tmp/ncu.err
+  $BIN/tern bench --dummy 35b-a3b --backend cuda --decode "$CTX" --gen ${GEN:-2} --repeat 1 \
+  ${CONC:+--concurrency $CONC} --json /tmp/p.json >/tmp/ncu.csv 2>/tmp/ncu.err
 python3 - "$CTX" <<'PY' | tee $OUT/profile.txt
 import csv, sys, collections, re
 rows = [r for r in csv.reader(open("/tmp/ncu.csv")) if len(r) > 10]

@@ -443,6 +443,17 @@ int run_concurrency(const BenchOptions& o, const Lengths& l) {
   auto be = engine_bench_backend(o, "--concurrency");
   std::printf("backend %s (%s); requests decoding at once\n", o.backend.c_str(),
               be->numerics_id().c_str());
+  if (!o.leave_out.empty()) {
+#ifdef TERN_HAVE_CUDA
+    auto* gpu = dynamic_cast<cuda::CudaBackend*>(be.get());
+    if (gpu == nullptr) fail("tern bench: --leave-out is for the CUDA backend");
+    cuda::CudaBench(*gpu).leave_out({o.leave_out.begin(), o.leave_out.end()});
+    fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
+               fmt::join(o.leave_out, ","));
+#else
+    fail("tern bench: --leave-out is for the CUDA backend");
+#endif
+  }
   nlohmann::json j = engine_bench_json(o, *be);
   j.update(run_concurrency_bench(
       *be, {.streams = l.concurrency, .contexts = l.decode, .gen = o.gen, .seed = o.seed}));

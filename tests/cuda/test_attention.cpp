@@ -1,9 +1,12 @@
 // The attention decode kernels (attention.cu) against their CPU twins
 // (model::apply_rope, RMSNorm and softmax attention over a bf16 cache), on
 // fresh random inputs; the KV cache's chunked layout (layout.h); the prep's
-// rotation at long context.
+// rotation at long context; the attention of several rows against each row
+// alone.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 
 #include "backends/cuda/attention.h"
 #include "checkpoint/config.h"
@@ -26,6 +29,41 @@ std::vector<uint16_t> to_chunks(const std::vector<uint16_t>& rows, bool v) {
       std::copy_n(&rows[r * hd + size_t(q) * piece], piece, &out[kv_chunked_at(r, q, v)]);
   return out;
 }
+
+// One decode attention's device buffers (its qkv, bf16 caches of `cap`
+// positions, position, partials and output) and its arguments over them.
+struct AttnRow {
+  DevPtr<float> qkv, part, out;
+  DevPtr<uint16_t> k, v;
+  DevPtr<int> pos;
+  cuda::AttnDecodeArgs args;
+  AttnRow(const std::vector<float>& qkv_h, const std::vector<uint16_t>& kc,
+          const std::vector<uint16_t>& vc, int position, int H, int KV, int rot, int cap,
+          const float* q_norm, const float* k_norm, const float* inv_freq)
+      : qkv(to_dev(qkv_h)),
+        out(to_dev(std::vector<float>(size_t(H) * 256))),
+        k(to_dev(to_chunks(kc, false))),
+        v(to_dev(to_chunks(vc, true))),
+        pos(to_dev(std::vector<int>{position})) {
+    const int splits = cuda::attn_splits(position + 1, KV);
+    part = to_dev(std::vector<float>(size_t(H) * splits * (256 + 2)));
+    args = {.qkv = qkv.get(),
+            .q_norm = q_norm,
+            .k_norm = k_norm,
+            .eps = 1e-6f,
+            .k_cache = k.get(),
+            .v_cache = v.get(),
+            .pos = pos.get(),
+            .part = part.get(),
+            .out = out.get(),
+            .heads = H,
+            .kv_heads = KV,
+            .rotary = rot,
+            .capacity = cap,
+            .splits = splits,
+            .inv_freq = inv_freq};
+  }
+};
 
 TEST(KvChunks, EveryPieceOfAChunkHasOnePlace) {
   for (const bool v : {false, true}) {
@@ -62,28 +100,10 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
     const auto kr = randn(kc.size(), g), vr = randn(kc.size(), g);
     for (size_t i = 0; i < kc.size(); ++i) kc[i] = f32_to_bf16(kr[i]), vc[i] = f32_to_bf16(vr[i]);
   }
-  auto dqkv = to_dev(qkv), dqn = to_dev(qn), dkn = to_dev(kn);
+  auto dqn = to_dev(qn), dkn = to_dev(kn);
   auto dinv = to_dev(rope_inv_freqs(theta, rot));
-  auto dk = to_dev(to_chunks(kc, false)), dv = to_dev(to_chunks(vc, true));
-  auto dout = to_dev(std::vector<float>(size_t(H * hd)));
-  const int splits = cuda::attn_splits(n, KV);
-  auto dpart = to_dev(std::vector<float>(size_t(H) * splits * (hd + 2)));
-  auto dpos = to_dev(std::vector<int>{pos});
-  const cuda::AttnDecodeArgs d{.qkv = dqkv.get(),
-                               .q_norm = dqn.get(),
-                               .k_norm = dkn.get(),
-                               .eps = 1e-6f,
-                               .k_cache = dk.get(),
-                               .v_cache = dv.get(),
-                               .pos = dpos.get(),
-                               .part = dpart.get(),
-                               .out = dout.get(),
-                               .heads = H,
-                               .kv_heads = KV,
-                               .rotary = rot,
-                               .capacity = cap,
-                               .splits = splits,
-                               .inv_freq = dinv.get()};
+  AttnRow row(qkv, kc, vc, pos, H, KV, rot, cap, dqn.get(), dkn.get(), dinv.get());
+  const cuda::AttnDecodeArgs& d = row.args;
   ASSERT_EQ(cuda::attn_decode(d, nullptr), cudaSuccess);
 
   // CPU twin: new k, v rounded to bf16 as the cache stores them.
@@ -120,9 +140,9 @@ TEST_P(AttnDecode, FusedPrepAndSplitAttentionMatchCpu) {
       ref[size_t(h * hd + i)] = float(o / sum) * model::sigmoid(qkv[size_t(2 * h * hd + hd + i)]);
     }
   }
-  EXPECT_LE(max_diff(to_host(dout.get(), ref.size()), ref), 1e-4f * max_abs(ref));
-  EXPECT_EQ(to_host(dk.get(), kc.size()), to_chunks(kc, false));
-  EXPECT_EQ(to_host(dv.get(), vc.size()), to_chunks(vc, true));
+  EXPECT_LE(max_diff(to_host(row.out.get(), ref.size()), ref), 1e-4f * max_abs(ref));
+  EXPECT_EQ(to_host(row.k.get(), kc.size()), to_chunks(kc, false));
+  EXPECT_EQ(to_host(row.v.get(), vc.size()), to_chunks(vc, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
@@ -131,6 +151,48 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttnDecode,
                                            AttnCase{16, 2, 16}, AttnCase{16, 2, 300},
                                            AttnCase{16, 2, 5000}, AttnCase{16, 2, 70000},
                                            AttnCase{16, 2, 131071}, AttnCase{16, 2, 262143}));
+
+// attn_decode_rows (a decode step over several sequences, rows.h): rows at
+// different positions, so with different split tiers, each with its own
+// cache, against attn_decode on each row alone, bit for bit: the output and
+// the appended key and value.
+TEST(AttnDecodeRows, EachRowIsItsLaunchAlone) {
+  TERN_REQUIRE_GPU();
+  constexpr int H = 16, KV = 2, hd = 256, rot = 64;
+  const std::vector<int> positions = {15, 5000, 300, 70};
+  std::mt19937 g(17);
+  auto dinv = to_dev(rope_inv_freqs(1e7f, rot));
+  auto dqn = to_dev(randn(hd, g, 0.1f)), dkn = to_dev(randn(hd, g, 0.1f));
+  // Row r's buffers from the same random values for both runs.
+  auto make = [&](int pos, uint32_t seed) {
+    std::mt19937 rg(seed);
+    const int cap = (pos + 5 + cuda::kKvChunk - 1) / cuda::kKvChunk * cuda::kKvChunk;
+    std::vector<uint16_t> kc(size_t(KV) * cap * hd), vc(kc.size());
+    const auto kr = randn(kc.size(), rg), vr = randn(kc.size(), rg);
+    for (size_t i = 0; i < kc.size(); ++i) kc[i] = f32_to_bf16(kr[i]), vc[i] = f32_to_bf16(vr[i]);
+    return std::make_unique<AttnRow>(randn(size_t(2 * H * hd + 2 * KV * hd), rg), kc, vc, pos, H,
+                                     KV, rot, cap, dqn.get(), dkn.get(), dinv.get());
+  };
+  std::vector<std::unique_ptr<AttnRow>> alone, together;
+  std::vector<cuda::AttnDecodeArgs> rows;
+  for (size_t r = 0; r < positions.size(); ++r) {
+    alone.push_back(make(positions[r], uint32_t(100 + r)));
+    ASSERT_EQ(cuda::attn_decode(alone.back()->args, nullptr), cudaSuccess);
+    together.push_back(make(positions[r], uint32_t(100 + r)));
+    rows.push_back(together.back()->args);
+  }
+  EXPECT_NE(rows[0].splits, rows[1].splits);
+  ASSERT_EQ(cuda::attn_decode_rows(rows.data(), int(rows.size()), nullptr), cudaSuccess);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const AttnRow &a = *alone[r], &b = *together[r];
+    const size_t kv = size_t(KV) * a.args.capacity * hd;
+    const auto oa = to_host(a.out.get(), size_t(H * hd)), ob = to_host(b.out.get(), size_t(H * hd));
+    EXPECT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float)), 0) << "row " << r;
+    EXPECT_GT(max_abs(oa), 0.0f) << "row " << r;
+    EXPECT_EQ(to_host(a.k.get(), kv), to_host(b.k.get(), kv)) << "K of row " << r;
+    EXPECT_EQ(to_host(a.v.get(), kv), to_host(b.v.get(), kv)) << "V of row " << r;
+  }
+}
 
 // The prep's rotation at long context: cos and sin of the CPU's fp32 angle
 // pos * inv_freq[i] (model/rope.h's table), against the same angle's cos and

@@ -3,7 +3,7 @@
 // 248,320, in 3 GDN + 1 attention layers), where every tensor-core tile path
 // and the router feed run, as on the real model. CUDA logits against the CPU
 // reference over a 520-token prefill and 64 decode steps, and 128 greedy
-// tokens equal on both.
+// tokens equal on both; sequences stepped together as alone.
 //
 // Bound: max|diff| <= 1e-3 * max|logit|, the golden bar of the CUDA backend.
 // Activations are fp32 on both sides and the weights are the same 4-bit
@@ -16,6 +16,7 @@
 #include <random>
 
 #include "backend/sampler.h"
+#include "backend_checks.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/host_state.h"
 #include "backends/reference/reference_backend.h"
@@ -106,6 +107,23 @@ TEST(CudaMid, Greedy128EqualsCpu) {
     return ids;
   };
   EXPECT_EQ(run(gpu), run(cpu));
+}
+
+// Sequences stepped together at the real widths (tests/backend_checks.h):
+// each row's choices and logits are those of the sequence alone, through the
+// one graph over the rows, whose dense GEMVs read each tile once for all rows
+// and whose MoE kernels route and run every row's experts as alone.
+TEST(CudaMid, SequencesSteppedTogetherDecodeAsAlone) {
+  TERN_REQUIRE_GPU();
+  cuda::CudaBackend gpu(dummy_weights("mid"));
+  cuda::reset_path_counts();
+  check_step_equals_alone(gpu);
+  const std::vector<long> n = cuda::path_counts();
+  EXPECT_GT(n[size_t(cuda::KernelPath::gemv_rows)], 0);
+  EXPECT_GT(n[size_t(cuda::KernelPath::route_fed)], 0);
+  for (auto p : {cuda::KernelPath::gemv_simt, cuda::KernelPath::route_unfed,
+                 cuda::KernelPath::up_simt, cuda::KernelPath::down_simt})
+    EXPECT_EQ(n[size_t(p)], 0) << "path " << int(p);
 }
 
 }  // namespace

@@ -1,10 +1,16 @@
 // The decode GEMVs (gemv.cu) against their CPU twin (model::matmul), on
 // fresh random inputs: store, norm and add on the tile and SIMT paths, the
-// GDN out-projection's gated norm and the in-projection's conv epilogue.
+// GDN out-projection's gated norm and the in-projection's conv epilogue; and
+// the GEMV over several rows (gemv_rows) against each row alone.
 // Tolerance: kSumOrderRel (gpu_test_util.h) of the output's max |value|.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
 
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/host_state.h"
 #include "gpu_test_util.h"
 #include "model/ops.h"
 
@@ -147,6 +153,121 @@ TEST_P(GemvConv, ConvAndGateRowsMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GemvConv, ::testing::Bool());
+
+// gemv_rows (a decode step over several sequences, rows.h): R rows, each with
+// its own input, output, gate, conv state and router feed, against gemv() on
+// each row alone, bit for bit (nothing is summed across rows), for every
+// epilogue the step's tile GEMVs use, a long ring (the output head's) and a
+// SIMT shape (a launch a row).
+struct RowsCase {
+  const char* name;
+  int rows, cols;
+  bool norm, gated, add, feed, conv;
+};
+
+// One row's vectors on the device.
+struct RowBufs {
+  DevPtr<float> x, y, gate, state, out;
+  DevPtr<unsigned long long> acc;
+};
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+class GemvRows : public ::testing::TestWithParam<std::tuple<RowsCase, int>> {};
+
+TEST_P(GemvRows, EachRowIsItsLaunchAlone) {
+  TERN_REQUIRE_GPU();
+  const auto [c, R] = GetParam();
+  constexpr int experts = 256, Kc = 4;
+  const int ch = c.conv ? 8192 : 0, gated_rows = c.conv ? 4096 : 0;  // the model's
+  std::mt19937 g(uint32_t(c.rows * 3 + c.cols + 131 * R));
+  TestMat W(c.rows, c.cols, 4, g, 0.05f);
+  W.tile();
+  const bool tiled = W.dev.tiles != nullptr;
+  TestMat router(experts + 1, c.feed ? c.rows : 64, 8, g, 0.05f);
+  auto norm = to_dev(randn(size_t(c.gated ? 128 : c.cols), g, 0.5f));
+  auto feed_norm = to_dev(randn(size_t(c.rows), g, 0.5f));
+  auto conv_w = to_dev(randn(size_t(std::max(ch, 1)) * Kc, g, 0.5f));
+  const size_t acc_n = size_t(cuda::kFeedCopies) * (experts + 1);
+  // Row r's inputs, fresh for each of the two runs.
+  std::vector<std::vector<float>> xs, y0s, gates, states;
+  for (int r = 0; r < R; ++r) {
+    xs.push_back(randn(size_t(c.cols), g));
+    y0s.push_back(randn(size_t(c.rows), g));
+    gates.push_back(randn(size_t(c.cols), g));
+    states.push_back(randn(size_t(Kc - 1) * std::max(ch, 1), g));
+  }
+  auto make = [&](int r) {
+    return RowBufs{to_dev(xs[size_t(r)]),
+                   to_dev(y0s[size_t(r)]),
+                   to_dev(gates[size_t(r)]),
+                   to_dev(states[size_t(r)]),
+                   to_dev(std::vector<float>(size_t(std::max(ch, 1)))),
+                   to_dev(std::vector<unsigned long long>(acc_n))};
+  };
+  auto args = [&](const RowBufs& b) {
+    cuda::GemvArgs a{.W = W.dev, .x = b.x.get(), .y = b.y.get()};
+    if (c.norm || c.gated) a.norm = norm.get(), a.eps = 1e-6f;
+    if (c.gated) a.norm_group = 128, a.gate = b.gate.get();
+    if (c.add) a.out = cuda::GemvOut::add;
+    if (c.feed) a.feed = {router.dev, feed_norm.get(), b.acc.get()};
+    if (c.conv)
+      a.out = cuda::GemvOut::conv,
+      a.conv = {conv_w.get(), b.state.get(), b.out.get(), ch, Kc, gated_rows};
+    return a;
+  };
+  std::vector<RowBufs> alone, together;
+  std::vector<cuda::GemvArgs> rows;
+  for (int r = 0; r < R; ++r) {
+    alone.push_back(make(r));
+    ASSERT_EQ(cuda::gemv(args(alone.back()), nullptr), cudaSuccess) << "row " << r;
+    together.push_back(make(r));
+    rows.push_back(args(together.back()));
+  }
+  cuda::reset_path_counts();
+  ASSERT_EQ(cuda::gemv_rows(rows.data(), R, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cuda::path_counts()[size_t(cuda::KernelPath::gemv_rows)], tiled ? 1 : 0);
+  for (int r = 0; r < R; ++r) {
+    const RowBufs &a = alone[size_t(r)], &b = together[size_t(r)];
+    const auto ya = to_host(a.y.get(), size_t(c.rows));
+    EXPECT_TRUE(same_bits(ya, to_host(b.y.get(), size_t(c.rows)))) << "y of row " << r;
+    EXPECT_FALSE(same_bits(ya, y0s[size_t(r)])) << "row " << r << " left unwritten";
+    if (c.feed) {
+      const auto fa = to_host(a.acc.get(), acc_n);
+      EXPECT_TRUE(same_bits(fa, to_host(b.acc.get(), acc_n))) << "feed of row " << r;
+      EXPECT_NE(std::count(fa.begin(), fa.end(), 0ull), std::ptrdiff_t(acc_n)) << "no feed";
+    }
+    if (c.conv) {
+      const size_t n = states[size_t(r)].size();
+      EXPECT_TRUE(same_bits(to_host(a.state.get(), n), to_host(b.state.get(), n)))
+          << "conv state of row " << r;
+      EXPECT_TRUE(same_bits(to_host(a.out.get(), size_t(ch)), to_host(b.out.get(), size_t(ch))))
+          << "conv out of row " << r;
+    }
+  }
+}
+
+// The step's shapes at 35b-a3b's widths: qkv, the GDN in-projection with its
+// conv, the out-projections feeding the router, the output head's ring (here
+// 20,000 rows: batches of 2 tiles through it), and a SIMT shape.
+const RowsCase kRowsCases[] = {{"qkv", 9216, 2048, true, false, false, false, false},
+                               {"gdn_in", 12352, 2048, true, false, false, false, true},
+                               {"gdn_out", 2048, 4096, false, true, true, true, false},
+                               {"o_proj", 2048, 4096, false, false, true, true, false},
+                               {"head", 20000, 2048, true, false, false, false, false},
+                               {"simt", 37, 64, true, false, true, false, false}};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvRows,
+                         ::testing::Combine(::testing::ValuesIn(kRowsCases),
+                                            ::testing::Values(1, 2, 3, 8)),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param).name) + "_" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
 
 }  // namespace
 }  // namespace tern::test

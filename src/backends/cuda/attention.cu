@@ -7,6 +7,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/host_state.h"
+#include "backends/cuda/rows.h"
 #include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {
@@ -215,8 +216,12 @@ __device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
   return make_uint4(bf16x2(x[0], x[1]), bf16x2(x[2], x[3]), bf16x2(x[4], x[5]), bf16x2(x[6], x[7]));
 }
 
-template <int G>
-__global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs a) {
+// P: AttnDecodeArgs, or RowArgs of them (attn_decode_rows: grid.y is the
+// rows' most splits, and a row's blocks past its own splits leave at once).
+template <int G, typename P>
+__global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const __grid_constant__ P p) {
+  const AttnDecodeArgs& a = args_of(p);
+  if (int(blockIdx.y) >= a.splits) return;
   TERN_TRACE_BEGIN(TraceKind::attn_split);
   pdl_launch_dependents();
   extern __shared__ uint4 smem[];
@@ -376,7 +381,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(AttnDecodeArgs 
 constexpr int kCombineDims = 64, kCombineGroups = 4,
               kCombineThreads = kCombineDims * kCombineGroups;
 static_assert(kCombineThreads >= kMaxAttnSplits, "a thread a split's max and sum");
-__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnDecodeArgs a) {
+template <typename P>
+__global__ void __launch_bounds__(kCombineThreads)
+    attn_combine_kernel(const __grid_constant__ P p) {
+  const AttnDecodeArgs& a = args_of(p);
   TERN_TRACE_BEGIN(TraceKind::attn_combine);
   pdl_launch_dependents();
   pdl_wait();
@@ -433,33 +441,63 @@ int attn_splits(int64_t n, int kv_heads) {
   return int(std::min<int64_t>(most, std::max<int64_t>(1, tier / 64)));
 }
 
-cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
-  void (*split)(AttnDecodeArgs) = nullptr;
-  switch (a.heads / a.kv_heads) {  // query heads per KV head
+namespace {
+
+// The split kernel for a's query heads per KV head, taking P; null if none.
+template <typename P>
+void (*split_kernel(const AttnDecodeArgs& a))(P) {
+  switch (a.heads / a.kv_heads) {
     case 1:
-      split = &attn_split_kernel<1>;
-      break;
+      return &attn_split_kernel<1, P>;
     case 2:
-      split = &attn_split_kernel<2>;
-      break;
+      return &attn_split_kernel<2, P>;
     case 4:
-      split = &attn_split_kernel<4>;
-      break;
+      return &attn_split_kernel<4, P>;
     case 8:
-      split = &attn_split_kernel<8>;
-      break;
+      return &attn_split_kernel<8, P>;
     default:
-      return cudaErrorInvalidValue;
+      return nullptr;
   }
-  if (a.splits < 1 || a.splits > kMaxAttnSplits) return cudaErrorInvalidValue;
-  if (a.rotary < 0 || a.rotary > kD || a.rotary % 16 != 0) return cudaErrorInvalidValue;  // Rope8
-  if (a.capacity % kKvChunk != 0) return cudaErrorInvalidValue;
+}
+
+bool attn_takes(const AttnDecodeArgs& a) {
+  return a.splits >= 1 && a.splits <= kMaxAttnSplits && a.rotary >= 0 && a.rotary <= kD &&
+         a.rotary % 16 == 0 && a.capacity % kKvChunk == 0;  // Rope8, whole chunks
+}
+
+}  // namespace
+
+cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st) {
+  auto* split = split_kernel<AttnDecodeArgs>(a);
+  if (split == nullptr || !attn_takes(a)) return cudaErrorInvalidValue;
   const dim3 grid(a.kv_heads, a.splits);
   if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), kSplitSmem, st, a);
       e != cudaSuccess)
     return e;
-  return launch_pdl(attn_combine_kernel, dim3(a.heads, kD / kCombineDims), dim3(kCombineThreads), 0,
-                    st, a);
+  return launch_pdl(attn_combine_kernel<AttnDecodeArgs>, dim3(a.heads, kD / kCombineDims),
+                    dim3(kCombineThreads), 0, st, a);
+}
+
+cudaError_t attn_decode_rows(const AttnDecodeArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  const AttnDecodeArgs& a = rows[0];
+  int splits = 0;
+  for (int i = 0; i < n; ++i) {
+    const AttnDecodeArgs& r = rows[i];
+    if (!attn_takes(r) || r.heads != a.heads || r.kv_heads != a.kv_heads)
+      return cudaErrorInvalidValue;
+    splits = std::max(splits, r.splits);
+  }
+  using P = RowArgs<AttnDecodeArgs>;
+  auto* split = split_kernel<P>(a);
+  if (split == nullptr) return cudaErrorInvalidValue;
+  const P p = row_args(rows, n);
+  const dim3 grid(a.kv_heads, splits, unsigned(n));
+  if (cudaError_t e = launch_pdl(split, grid, dim3(kWarps * 32), kSplitSmem, st, p);
+      e != cudaSuccess)
+    return e;
+  return launch_pdl(attn_combine_kernel<P>, dim3(a.heads, kD / kCombineDims, unsigned(n)),
+                    dim3(kCombineThreads), 0, st, p);
 }
 
 cudaError_t rotation_table(const float* inv_freq, int rotary, int pos, float* cs, float* sn,

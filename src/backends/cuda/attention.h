@@ -27,6 +27,8 @@ struct AttnDecodeArgs {
   const float* inv_freq = nullptr;  // [rotary / 2], model/rope.h's table
 };
 cudaError_t attn_decode(const AttnDecodeArgs& a, cudaStream_t st);
+// The attention of each row (rows.h), each with its own cache, position and splits.
+cudaError_t attn_decode_rows(const AttnDecodeArgs* rows, int n, cudaStream_t st);
 // The rotation's cos and sin at position pos (what attn_decode's prep uses),
 // for its test: cs, sn [rotary / 2].
 cudaError_t rotation_table(const float* inv_freq, int rotary, int pos, float* cs, float* sn,

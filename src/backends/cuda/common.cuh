@@ -106,6 +106,9 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
 
 // Asynchronous copies into shared memory (cp.async): a thread waits only for
 // its own groups, so data a thread copies and reads back itself needs no
@@ -206,6 +209,8 @@ constexpr size_t kWideSmem = 150 * 1024, kNarrowSmem = 60 * 1024;
 // The most a narrow block may take beside a wide one (1 KB reserved a block,
 // up to 4 KB of static shared memory).
 constexpr size_t kMaxNarrowSmem = 228 * 1024 - kWideSmem - 6 * 1024;
+// The most one block may take (an SM's 228 KB less the 1 KB reserved).
+constexpr size_t kMaxSmem = 227 * 1024;
 
 // n / d and n % d by a multiply, for 0 <= n, d < 2^16 and d fixed at launch
 // (made on the host): m = ceil(2^32 / d), so n m / 2^32 is n / d plus less

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/decode_step.h"
@@ -17,11 +18,16 @@ namespace tern::cuda {
 
 namespace {
 constexpr int kInitialCapacity = 4096;
+
+// A number no sequence's buffers had before (CudaSequence::buffers).
+uint64_t next_buffers() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
 }  // namespace
 
 CudaSequence::~CudaSequence() {
-  for (auto& on_lane : graphs)
-    for (StepGraph& g : on_lane) g.reset();
+  for (StepGraph& g : graphs) g.reset();
   for (auto* p : k) cudaFree(p);
   for (auto* p : v) cudaFree(p);
   for (auto* p : S) cudaFree(p);
@@ -83,7 +89,7 @@ void CudaBackend::init() {
       check(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking), "lane stream");
       lane->own_stream = true;
     }
-    lane->step = std::make_unique<DecodeStep>(*w_, lane->stream, i);
+    lane->step = std::make_unique<DecodeStep>(*w_, lane->stream);
     check(cudaMallocHost(&lane->ids, 2 * sizeof(int)), "pinned ids");
     check(cudaStreamSynchronize(lane->stream), "scratch");
     lanes_.push_back(std::move(lane));
@@ -154,8 +160,8 @@ void CudaBackend::reserve(CudaSequence& s, int64_t n) {
   check(cudaStreamSynchronize(stream_), "KV grow");  // the copies are done with the old caches
   for (uint16_t* p : old_caches) cudaFree(p);
   s.capacity = cap;
-  for (auto& on_lane : s.graphs)
-    for (StepGraph& g : on_lane) g.reset();
+  for (StepGraph& g : s.graphs) g.reset();
+  s.buffers = next_buffers();
 }
 
 void CudaBackend::set_prefill_options(const PrefillOptions& o) {
@@ -225,7 +231,6 @@ StepGraph& CudaBackend::step_graph(CudaSequence& s, StepChoice choice, DecodeSte
 void CudaBackend::run_step(CudaSequence& s, StepChoice choice, DecodeStep& step) {
   check(cudaGraphLaunch(step_graph(s, choice, step).exec, step.stream()), "graph launch");
   s.length_ += 1;
-  s.lane = step.lane();
 }
 
 void CudaBackend::start_sampling(Sequence& seq, const SamplingParams& p,
@@ -301,37 +306,63 @@ void CudaBackend::generate(Sequence& seq, int32_t first, int max_tokens,
   check(cudaStreamSynchronize(stream_), "generate");
 }
 
-// Each row keeps the lane of its sequence's last step where it can (its
-// graphs there are captured), the others take the least-used lanes, at most
-// ceil(rows / lanes) rows a lane; then waves of one row a lane. The lanes
-// start after stream_'s work; reserve() (which syncs stream_) runs before any
-// row of a wave is enqueued, and every lane is done before the wave's ids go
-// out, so the single-sequence calls after find every stream idle.
+CudaBackend::RowsGraph::~RowsGraph() {
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+}
+
+// Waves of kMaxRows rows. Each wave's rows get room for their position
+// (reserve() syncs stream_) before anything of the wave is enqueued, and
+// every lane is done before the wave's ids go out, so the single-sequence
+// calls after find every stream idle.
 void CudaBackend::step(std::span<StepRow> rows) {
-  const size_t per = (rows.size() + lanes_.size() - 1) / lanes_.size();
-  std::vector<std::vector<StepRow*>> on(lanes_.size());
-  std::vector<StepRow*> moved;
-  for (StepRow& r : rows) {
-    check_ids(std::span(&r.token, 1));
-    auto& mine = on[size_t(dynamic_cast<CudaSequence&>(*r.seq).lane)];
-    (mine.size() < per ? mine : moved).push_back(&r);
+  for (StepRow& r : rows) check_ids(std::span(&r.token, 1));
+  for (size_t w = 0; w < rows.size(); w += kMaxRows)
+    step_wave(rows.subspan(w, std::min(rows.size() - w, size_t(kMaxRows))));
+}
+
+// The rows' forward (and, unconstrained, the choice) in one graph on
+// stream_, row j in lane j's scratch; then on each row's lane its end as
+// generate() ends a step: the raw logits, the host's mask and the choice,
+// the id. A lone row runs its own step graph, as generate() does.
+void CudaBackend::step_wave(std::span<StepRow> rows) {
+  const int V = w_->cfg.vocab;
+  std::vector<StepRowOn> on;
+  std::vector<uint64_t> key;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    auto& s = dynamic_cast<CudaSequence&>(*rows[j].seq);
+    reserve(s, s.length() + 1);
+    const StepChoice choice = rows[j].hooks->constraint ? StepChoice::none : s.choice();
+    on.push_back({&s, lanes_[j]->step.get(), choice});
+    key.insert(key.end(), {s.buffers, uint64_t(attn_splits(s.length() + 1, w_->cfg.n_kv_heads)),
+                           uint64_t(choice)});
   }
-  for (StepRow* r : moved)
-    std::min_element(on.begin(), on.end(), [](auto& a, auto& b) {
-      return a.size() < b.size();
-    })->push_back(r);
-  for (size_t w = 0; w < per; ++w) {
-    for (auto& lane_rows : on)
-      if (w < lane_rows.size()) {
-        auto& s = dynamic_cast<CudaSequence&>(*lane_rows[w]->seq);
-        reserve(s, s.length() + 1);
-      }
-    check(cudaEventRecord(lanes_go_, stream_), "event");
-    for (size_t j = 0; j < on.size(); ++j)
-      if (w < on[j].size()) launch_row(*lanes_[j], *on[j][w]);
-    for (size_t j = 0; j < on.size(); ++j)
-      if (w < on[j].size()) finish_row(*lanes_[j], *on[j][w]);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    Lane& lane = *lanes_[j];
+    lane.io.prepare(*rows[j].hooks, V, 1);
+    lane.ids[0] = rows[j].token;
+    check(cudaMemcpyAsync(&on[j].seq->scalars->token, lane.ids, sizeof(int), cudaMemcpyHostToDevice,
+                          stream_),
+          "token");
   }
+  if (rows.size() == 1) {
+    run_step(*on[0].seq, on[0].choice, step0());
+  } else {
+    RowsGraph& g = rows_graphs_[rows.size()];
+    if (g.key != key) {
+      g.key.clear();  // a failed capture leaves no key that matches
+      capture_graph(stream_, g.exec, [&] { DecodeStep::enqueue_rows(on, stream_); });
+      g.key = key;
+    }
+    check(cudaGraphLaunch(g.exec, stream_), "graph launch");
+    for (const StepRowOn& r : on) r.seq->length_ += 1;
+  }
+  check(cudaEventRecord(lanes_go_, stream_), "event");
+  for (size_t j = 0; j < rows.size(); ++j) {
+    Lane& lane = *lanes_[j];
+    if (lane.own_stream) check(cudaStreamWaitEvent(lane.stream, lanes_go_), "wait");
+    end_step(*on[j].seq, *lane.step, *rows[j].hooks, lane.io, 0, lane.ids + 1);
+  }
+  for (size_t j = 0; j < rows.size(); ++j) finish_row(*lanes_[j], rows[j]);
 }
 
 void CudaBackend::end_step(CudaSequence& s, DecodeStep& step, const GenerateHooks& hooks,
@@ -355,20 +386,6 @@ void CudaBackend::end_step(CudaSequence& s, DecodeStep& step, const GenerateHook
   }
   const int64_t ring = s.draws++ & (CudaSequence::kOutRing - 1);
   check(cudaMemcpyAsync(id, s.out + ring, sizeof(int), cudaMemcpyDeviceToHost, st), "id");
-}
-
-// One token of generate() for r on `lane`: the same graph and end, so the
-// same bits.
-void CudaBackend::launch_row(Lane& lane, StepRow& r) {
-  auto& s = dynamic_cast<CudaSequence&>(*r.seq);
-  if (lane.own_stream) check(cudaStreamWaitEvent(lane.stream, lanes_go_), "wait");
-  lane.io.prepare(*r.hooks, w_->cfg.vocab, 1);
-  lane.ids[0] = r.token;
-  check(cudaMemcpyAsync(&s.scalars->token, lane.ids, sizeof(int), cudaMemcpyHostToDevice,
-                        lane.stream),
-        "token");
-  run_step(s, r.hooks->constraint ? StepChoice::none : s.choice(), *lane.step);
-  end_step(s, *lane.step, *r.hooks, lane.io, 0, lane.ids + 1);
 }
 
 void CudaBackend::finish_row(Lane& lane, StepRow& r) {

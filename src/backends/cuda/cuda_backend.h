@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -53,10 +54,10 @@ class CudaBackend : public Backend {
   void generate(Sequence& seq, int32_t first, int max_tokens,
                 const std::function<bool(int32_t)>& on_token,
                 const GenerateHooks& hooks = {}) override;
-  // Each row's step graph on a lane of its own (kStepLanes at once, the rest
-  // in further waves), so the rows' kernels run side by side on the GPU;
-  // each graph is the one the row runs alone, on scratch of the lane's. A
-  // row keeps its sequence's lane from step to step where it can.
+  // One graph over the rows (kMaxRows at a time, more in waves): each launch
+  // covers every row, the dense GEMVs read each weight tile once for all,
+  // and row j computes in lane j's scratch exactly as it would alone
+  // (docs/kernels/cuda-decode.md). A lone row runs its own step graph.
   void step(std::span<StepRow> rows) override;
   std::unique_ptr<SequenceState> save(const Sequence& seq) override;
   void restore(Sequence& seq, const SequenceState& st) override;
@@ -93,9 +94,9 @@ class CudaBackend : public Backend {
     StepIo& operator=(const StepIo&) = delete;
     ~StepIo();
   };
-  // A lane of step(): its decode step's graphs and scratch, its stream (lane
-  // 0's is stream_, which every single-sequence call uses with that lane) and
-  // pinned buffers for one row a wave.
+  // A lane of step(): its decode step's scratch, its stream (lane 0's is
+  // stream_, which every single-sequence call uses with that lane's step
+  // graphs) and pinned buffers for one row a wave.
   struct Lane {
     std::unique_ptr<DecodeStep> step;
     cudaStream_t stream = nullptr;
@@ -120,9 +121,21 @@ class CudaBackend : public Backend {
   // constraint the mask (through io) and the choice, then the chosen id to `id`.
   void end_step(CudaSequence& s, DecodeStep& step, const GenerateHooks& hooks, const StepIo& io,
                 int slot, int* id);
-  // A row of step(): enqueued on its lane, then its id taken once the lane is done.
-  void launch_row(Lane& lane, StepRow& r);
+  // A wave of step(): the rows' forward in one graph, then each row's end on
+  // its lane, then its id taken once the lane is done.
+  void step_wave(std::span<StepRow> rows);
   void finish_row(Lane& lane, StepRow& r);
+  // The graph of a wave of n rows, kept per n and captured again (updated in
+  // place where it can) when its rows' sequences, buffers, split tiers or
+  // choices change.
+  struct RowsGraph {
+    std::vector<uint64_t> key;
+    cudaGraphExec_t exec = nullptr;
+    RowsGraph() = default;
+    RowsGraph(const RowsGraph&) = delete;
+    RowsGraph& operator=(const RowsGraph&) = delete;
+    ~RowsGraph();
+  };
   // forward() of a few tokens: the arg-max step graph token by token.
   void forward_steps(CudaSequence& s, std::span<const int32_t> tokens, Logits which,
                      std::vector<float>& logits);
@@ -138,9 +151,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<DeviceWeights> w_;
   int device_ = 0;  // the disk cache's writer thread copies snapshots from it
   std::shared_ptr<SnapshotPool> snapshots_;
-  cudaStream_t stream_ = nullptr;             // every call's work, in order
-  std::vector<std::unique_ptr<Lane>> lanes_;  // kStepLanes
-  cudaEvent_t lanes_go_ = nullptr;            // stream_'s work before a step's rows
+  cudaStream_t stream_ = nullptr;                    // every call's work, in order
+  std::vector<std::unique_ptr<Lane>> lanes_;         // kStepLanes
+  cudaEvent_t lanes_go_ = nullptr;                   // a wave's forward, before its rows' ends
+  std::array<RowsGraph, kMaxRows + 1> rows_graphs_;  // by rows, 2..kMaxRows
   std::unique_ptr<Prefill> prefill_;
   int* ids_out_ = nullptr;  // pinned [2]: streamed ids, alternating
   StepIo io_;               // generate()'s: two slots, alternating

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/sampling_rules.h"
+#include "backends/cuda/rows.h"
 
 namespace tern::cuda {
 
@@ -26,9 +27,9 @@ struct StepGraph {
 // decoding masks the logits with the host's mask first, outside the graph).
 enum class StepChoice { argmax, sampler, none };
 
-// Step lanes (CudaBackend::step): each its own stream and scratch, so the
-// rows of a step run their graphs at once; a sequence keeps a graph a lane.
-constexpr int kStepLanes = 8;
+// Step lanes (CudaBackend::step): each its own stream and scratch; row j of
+// a step over several sequences computes in lane j's scratch.
+constexpr int kStepLanes = kMaxRows;
 
 // The decode step's scalars, one block of device memory a sequence: the
 // captured graphs read them in place, so a replay needs no host copy. The
@@ -64,10 +65,12 @@ class CudaSequence : public Sequence {
   SampleRules* rules = nullptr;    // sampler parameters
   bool sampled = false;            // the completion chooses with the sampler, not arg-max
   int64_t draws = 0;               // steps of the completion so far: its next id's ring slot
-  // The step by lane and by how it ends (StepChoice): in arg-max (prefill's
-  // forward and greedy completions), in the sampler, or before the choice.
-  StepGraph graphs[kStepLanes][3];
-  int lane = 0;  // the lane of its last step, which step() keeps where it can
+  // The step by how it ends (StepChoice): in arg-max (prefill's forward and
+  // greedy completions), in the sampler, or before the choice.
+  StepGraph graphs[3];
+  // Which device buffers the captured graphs hold: a new number whenever
+  // they change (a step over several sequences keys its graph by them).
+  uint64_t buffers = 0;
   StepChoice choice() const { return sampled ? StepChoice::sampler : StepChoice::argmax; }
   LayerState layer(int i) const {
     const auto at = size_t(i);

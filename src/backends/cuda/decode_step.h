@@ -11,21 +11,53 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <set>
+#include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_sequence.h"
 #include "backends/cuda/device_weights.h"
+#include "backends/cuda/gdn.h"
+#include "backends/cuda/misc.h"
 #include "backends/cuda/moe.h"
+#include "backends/cuda/sample.h"
 
 namespace tern::cuda {
 
+// One launch of a row's step before the choice: its kernel's name
+// (leave_out.h) and arguments.
+struct RouteUp {
+  RouterArgs r;
+  ExpertsUpArgs u;
+};
+struct StepLaunch {
+  const char* what;
+  std::variant<EmbedArgs, GemvArgs, GdnStepArgs, AttnDecodeArgs, RouteUp, ExpertsDownArgs> args;
+};
+
+// A row of a step over several sequences: the sequence, the lane whose
+// scratch it computes in, and how its step ends.
+struct StepRowOn {
+  CudaSequence* seq;
+  const class DecodeStep* lane;
+  StepChoice choice;
+};
+
+// Captures what `enqueue` launches on st into exec: updated in place when
+// the launches' shapes allow, else instantiated anew. Returns the nodes.
+int capture_graph(cudaStream_t st, cudaGraphExec_t& exec, const std::function<void()>& enqueue);
+
 class DecodeStep {
  public:
-  // Allocates the step's scratch (zeroed on st) for step lane `lane`: its
-  // graphs are the sequences' graphs[lane] and run on st.
-  DecodeStep(const DeviceWeights& w, cudaStream_t st, int lane);
+  // Allocates the step's scratch (zeroed on st). The backend's first lane
+  // captures the sequences' own graphs (CudaSequence::graphs) and runs them
+  // on st; in a step over several sequences, row j computes in lane j's
+  // scratch (enqueue_rows).
+  DecodeStep(const DeviceWeights& w, cudaStream_t st);
   ~DecodeStep();
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
@@ -36,10 +68,12 @@ class DecodeStep {
   // The token choice alone (after a StepChoice::none graph and the host's
   // mask): arg-max or the sampler, then the hand-off of the id.
   void enqueue_choice(CudaSequence& s, bool sampled);
+  // One step of every row on st, each in its lane's scratch, each launch
+  // covering all rows (rows.h), each row ending as its choice says.
+  static void enqueue_rows(std::span<const StepRowOn> rows, cudaStream_t st);
   // The logits of the last step, [vocab] on the device.
   float* logits() const { return logits_; }
   cudaStream_t stream() const { return st_; }
-  int lane() const { return lane_; }
 
   // Kernels by leave_out.h's names that the graphs captured afterwards leave
   // out: tern bench --leave-out (CudaBench::leave_out) times the step without
@@ -49,22 +83,21 @@ class DecodeStep {
  private:
   struct Layer;
   void enqueue(CudaSequence& s, StepChoice choice, int splits);
+  // The launches of s's step before the choice, in order.
+  std::vector<StepLaunch> plan(const CudaSequence& s, int splits) const;
   Layer layer(const CudaSequence& s, int i, int splits) const;
-  void embed(const CudaSequence& s);
-  void gdn_forward(const Layer& l);
-  void attention_forward(const Layer& l);
-  void moe_forward(const Layer& l);
-  void lm_head();
+  void gdn_forward(const Layer& l, std::vector<StepLaunch>& out) const;
+  void attention_forward(const Layer& l, std::vector<StepLaunch>& out) const;
+  void moe_forward(const Layer& l, std::vector<StepLaunch>& out) const;
+  ArgmaxArgs argmax_args(CudaSequence& s) const;
+  SampleArgs sample_args(CudaSequence& s) const;
   // A layer's routing and gate/up arguments, unfed.
   RouterArgs router_args(const DevLayer& L) const;
   ExpertsUpArgs up_args(const DevLayer& L) const;
   float* buf(size_t n);
-  template <typename F>
-  void launch(const char* what, F&& enqueue);
 
   const DeviceWeights& w_;
   cudaStream_t st_;
-  int lane_;
   std::vector<void*> bufs_;
   // Per layer, the feed its router reads (0 or 1; the other is the one it
   // zeroes for the next), or -1: the router runs on its own.

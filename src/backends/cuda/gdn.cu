@@ -8,6 +8,7 @@
 // pass (o = a*S^T q + (k.q) u). The gated norm is the out_proj GEMV's staging.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gdn.h"
+#include "backends/cuda/rows.h"
 #include "backends/cuda/trace.cuh"
 
 namespace tern::cuda {
@@ -17,7 +18,10 @@ namespace {
 constexpr int kD = kGdnDim, kThreads = 2 * kD, kSplit = 4, kCols = kD / kSplit,
               kGroups = kThreads / kCols, kRows = kD / kGroups;
 
-__global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnStepArgs a) {
+// P: GdnStepArgs, or RowArgs of them (gdn_step_rows).
+template <typename P>
+__global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ P p) {
+  const GdnStepArgs& a = args_of(p);
   TERN_TRACE_BEGIN(TraceKind::gdn_step);
   pdl_launch_dependents();
   const int n = blockIdx.x / kSplit, t = threadIdx.x, lane = t % kCols, grp = t / kCols;
@@ -91,7 +95,15 @@ TERN_TRACE_BINDER(gdn)
 // Narrow (common.cuh): one block beside each in-projection block, spread over
 // the SMs instead of packed onto the few with room.
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st) {
-  return launch_pdl(gdn_step_kernel, dim3(a.v_heads * kSplit), dim3(kThreads), kNarrowSmem, st, a);
+  return launch_pdl(gdn_step_kernel<GdnStepArgs>, dim3(a.v_heads * kSplit), dim3(kThreads),
+                    kNarrowSmem, st, a);
+}
+
+cudaError_t gdn_step_rows(const GdnStepArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  return launch_pdl(gdn_step_kernel<RowArgs<GdnStepArgs>>,
+                    dim3(rows[0].v_heads * kSplit, 1, unsigned(n)), dim3(kThreads), kNarrowSmem, st,
+                    row_args(rows, n));
 }
 
 }  // namespace tern::cuda

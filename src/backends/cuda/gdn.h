@@ -20,5 +20,7 @@ struct GdnStepArgs {
   int k_heads = 0, v_heads = 0;
 };
 cudaError_t gdn_step(const GdnStepArgs& a, cudaStream_t st);
+// The step for each row (rows.h; the same heads in every row).
+cudaError_t gdn_step_rows(const GdnStepArgs* rows, int n, cudaStream_t st);
 
 }  // namespace tern::cuda

@@ -90,8 +90,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 // state (written by the previous step). P: how the input is staged, F: what
 // becomes of the sums (one variant of each a kernel, so neither the staging
 // nor the epilogue branches on the arguments: the kernels are issue-bound).
+// kRows: a row of gemv_rows, whose conv reads its state where it lives (the
+// block's shared constants are row 0's).
 enum class Fin { store, add, feed, conv };
-template <tile::Prep P, Fin F>
+template <tile::Prep P, Fin F, bool kRows = false>
 struct DenseJob {
   GemvArgs a;
   int br = 0;  // block_rows of the launch (launch_tiled sets it)
@@ -113,7 +115,7 @@ struct DenseJob {
       const size_t rows = size_t(a.feed.W.rows);
       return 4 * rows + (rows + 3) / 4 * 4;  // codes, then scale|bias words
     }
-    if constexpr (F == Fin::conv) return size_t(br) * (2 * a.conv.kernel - 1);
+    if constexpr (F == Fin::conv && !kRows) return size_t(br) * (2 * a.conv.kernel - 1);
     return 0;
   }
   __host__ __device__ size_t norm_at() const { return (epilogue_floats() + 3) / 4 * 4; }
@@ -130,7 +132,7 @@ struct DenseJob {
         cp_async16(q + e, reinterpret_cast<const uint8_t*>(R.w) + size_t(e) * R.cols + c0);
         cp_async4(sb + e, R.sb + size_t(e) * (R.cols / kGroup) + c0 / kGroup);
       }
-    } else if constexpr (F == Fin::conv) {
+    } else if constexpr (F == Fin::conv && !kRows) {
       // [kernel-1][block rows] state, then [block rows][kernel] weights, in
       // 16-byte pieces (channels and the tile starts are multiples of 4).
       const ConvArgs& cv = a.conv;
@@ -154,6 +156,8 @@ struct DenseJob {
   __device__ void copy(int t, int, uint8_t* st, uint64_t* bar) const {
     tile::copy_tile(a.W, size_t(t), st, bar);
   }
+  // The words stage() reads next, into L1 (a row of gemv_rows).
+  __device__ void prefetch(tile::Cols mine) const { tile::stage_prefetch(a.x, a.gate, mine); }
   // before_wait's copies (out long before) complete: the norm weights are the
   // thread's own (stage_copy), and the epilogue's constants become visible to
   // the block at the barrier after the dot products (no barrier here: a
@@ -189,7 +193,10 @@ struct DenseJob {
       const float acc = s.row(i);
       a.y[row] = conv_stored(cv, row, acc);
       const int c = row - t0 * 16;
-      if (row < cv.channels)
+      if (row >= cv.channels) return;
+      if constexpr (kRows)
+        conv_row(cv, row, acc, cv.weight + size_t(row) * cv.kernel, cv.state + row, cv.channels);
+      else
         conv_row(cv, row, acc, extra + (cv.kernel - 1) * br + c * cv.kernel, extra + c, br);
       return;
     }
@@ -289,14 +296,68 @@ bool gemv_feeds(const DMat& W) {
   return tiled(W) && W.rows % 16 == 0 && W.rows / 16 <= sm_count();
 }
 
-cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
+namespace {
+
+bool gemv_takes(const GemvArgs& a) {
   if (a.feed.acc != nullptr && (a.out != GemvOut::add || !gemv_feeds(a.W) || a.feed.W.bits != 8 ||
                                 a.feed.W.cols != a.W.rows))
-    return cudaErrorInvalidValue;
+    return false;
   const int ng = a.norm_group;
-  if (ng != 0 && (!tiled(a.W) || ng < 8 || ng > tile::kRound || (ng & (ng - 1)) != 0 ||
-                  a.W.cols % ng != 0 || a.norm == nullptr || a.gate == nullptr))
-    return cudaErrorInvalidValue;
+  return ng == 0 || (tiled(a.W) && ng >= 8 && ng <= tile::kRound && (ng & (ng - 1)) == 0 &&
+                     a.W.cols % ng == 0 && a.norm != nullptr && a.gate != nullptr);
+}
+
+// The rows' launch for staging P and epilogue F.
+template <tile::Prep P, Fin F>
+cudaError_t launch_rows(const GemvArgs* rows, int n, cudaStream_t st) {
+  using Job = DenseJob<P, F, true>;
+  tile::RowJobs<Job> jobs;
+  for (int i = 0; i < n; ++i) jobs.row[jobs.n++] = Job{rows[i]};
+  return jobs.row[0].rounds() > tile::kWarps ? tile::launch_rows<2, 2>(jobs, st)
+                                             : tile::launch_rows<1, 2>(jobs, st);
+}
+
+template <tile::Prep P>
+cudaError_t launch_rows(const GemvArgs* rows, int n, cudaStream_t st) {
+  const GemvArgs& a = rows[0];
+  if (a.feed.acc != nullptr) return launch_rows<P, Fin::feed>(rows, n, st);
+  if (a.out == GemvOut::conv) return launch_rows<P, Fin::conv>(rows, n, st);
+  if (a.out == GemvOut::add) return launch_rows<P, Fin::add>(rows, n, st);
+  return launch_rows<P, Fin::store>(rows, n, st);
+}
+
+// Whether row b runs as row a does but for its own vectors.
+bool same_launch(const GemvArgs& a, const GemvArgs& b) {
+  return a.W.tiles == b.W.tiles && a.W.w == b.W.w && a.W.rows == b.W.rows && a.W.cols == b.W.cols &&
+         a.out == b.out && a.norm == b.norm && a.eps == b.eps && a.norm_group == b.norm_group &&
+         (a.feed.acc == nullptr) == (b.feed.acc == nullptr) && a.feed.W.w == b.feed.W.w &&
+         a.feed.norm == b.feed.norm && a.conv.weight == b.conv.weight &&
+         a.conv.channels == b.conv.channels && a.conv.kernel == b.conv.kernel &&
+         a.conv.gate_rows == b.conv.gate_rows && (a.gate == nullptr) == (b.gate == nullptr);
+}
+
+}  // namespace
+
+cudaError_t gemv_rows(const GemvArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  for (int i = 0; i < n; ++i)
+    if (!gemv_takes(rows[i]) || !same_launch(rows[0], rows[i])) return cudaErrorInvalidValue;
+  const GemvArgs& a = rows[0];
+  // Off the tensor-core path (the small test shapes) a launch a row.
+  if (!tiled(a.W)) {
+    for (int i = 0; i < n; ++i)
+      if (cudaError_t e = gemv(rows[i], st); e != cudaSuccess) return e;
+    return cudaSuccess;
+  }
+  note_path(KernelPath::gemv_rows);
+  if (a.norm_group != 0) return launch_rows<tile::Prep::gated>(rows, n, st);
+  if (a.norm != nullptr) return launch_rows<tile::Prep::norm>(rows, n, st);
+  return launch_rows<tile::Prep::plain>(rows, n, st);
+}
+
+cudaError_t gemv(const GemvArgs& a, cudaStream_t st) {
+  if (!gemv_takes(a)) return cudaErrorInvalidValue;
+  const int ng = a.norm_group;
   if (tiled(a.W)) {
     note_path(KernelPath::gemv_tile);
     if (a.feed.acc != nullptr) note_path(KernelPath::gemv_feed);

@@ -66,6 +66,11 @@ struct GemvArgs {
   const float* gate = nullptr;  // [W.cols], with norm_group
 };
 cudaError_t gemv(const GemvArgs& a, cudaStream_t st);
+// The GEMV of each row of a step (rows.h): the same matrix, norm, epilogue
+// and router for all, each row its own x, y, gate, conv state and feed. On the
+// tensor-core path each tile is read once for all rows; every row's outputs
+// are bit for bit those of gemv() on it alone.
+cudaError_t gemv_rows(const GemvArgs* rows, int n, cudaStream_t st);
 // What brings a later gemv over W's late tiles into L2 (none off the
 // tensor-core path).
 L2Ahead gemv_ahead(const DMat& W);

@@ -21,6 +21,7 @@ enum class KernelPath : int {
   up_simt,
   down_tile,  // experts' down on tensor cores
   down_simt,
+  gemv_rows,  // a tile GEMV over the rows of a step (rows.h), each tile read once
   count
 };
 void note_path(KernelPath p);

@@ -3,6 +3,7 @@
 // random fills behind --dummy weights and synthetic contexts.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/misc.h"
+#include "backends/cuda/rows.h"
 #include "core/rng.h"
 
 namespace tern::cuda {
@@ -18,11 +19,14 @@ __device__ __forceinline__ float embed_value(const DMat& E, size_t row, int i) {
   return __fadd_rn(__fmul_rn(sb_scale(sb), float(q)), sb_bias(sb));
 }
 
-__global__ void embed_kernel(DMat E, const int* token, float* h) {
+// P: EmbedArgs, or RowArgs of them.
+template <typename P>
+__global__ void embed_kernel(const __grid_constant__ P p) {
+  const EmbedArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < E.cols) h[i] = embed_value(E, size_t(*token), i);
+  if (i < a.E.cols) a.h[i] = embed_value(a.E, size_t(*a.token), i);
 }
 
 // Row t of h from token t (prefill): a block a row.
@@ -38,7 +42,10 @@ __device__ __forceinline__ bool better(float v, int i, float v2, int i2) {
   return v2 > v || (v2 == v && i2 < i);
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
+// P: ArgmaxArgs, or RowArgs of them.
+template <typename P>
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const __grid_constant__ P p) {
+  const ArgmaxArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float sv[kThreads / 32];
@@ -157,7 +164,15 @@ cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st) {
 }
 
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st) {
-  return launch_pdl(embed_kernel, dim3((E.cols + 255) / 256), dim3(256), 0, st, E, token, h);
+  return launch_pdl(embed_kernel<EmbedArgs>, dim3((E.cols + 255) / 256), dim3(256), 0, st,
+                    EmbedArgs{E, token, h});
+}
+
+cudaError_t embed_each(const EmbedArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  return launch_pdl(embed_kernel<RowArgs<EmbedArgs>>,
+                    dim3((rows[0].E.cols + 255) / 256, 1, unsigned(n)), dim3(256), 0, st,
+                    row_args(rows, n));
 }
 
 cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaStream_t st) {
@@ -172,7 +187,13 @@ cudaError_t mask_logits(float* logits, const uint32_t* words, int n, cudaStream_
 }
 
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st) {
-  return launch_pdl(argmax_kernel, dim3(kBlocks), dim3(kThreads), 0, st, a);
+  return launch_pdl(argmax_kernel<ArgmaxArgs>, dim3(kBlocks), dim3(kThreads), 0, st, a);
+}
+
+cudaError_t argmax_advance_rows(const ArgmaxArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  return launch_pdl(argmax_kernel<RowArgs<ArgmaxArgs>>, dim3(kBlocks, 1, unsigned(n)),
+                    dim3(kThreads), 0, st, row_args(rows, n));
 }
 
 cudaError_t fill_u32(uint32_t* p, size_t n, uint64_t seed, cudaStream_t st) {

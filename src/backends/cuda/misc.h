@@ -18,6 +18,13 @@ cudaError_t to_tiles(const DMat& m, uint8_t* out, int pair, cudaStream_t st);
 
 // h = embedding row of *token (4-bit affine, dequantised exactly as the CPU).
 cudaError_t embed(const DMat& E, const int* token, float* h, cudaStream_t st);
+// The same for each row of a step (rows.h).
+struct EmbedArgs {
+  DMat E;
+  const int* token = nullptr;
+  float* h = nullptr;
+};
+cudaError_t embed_each(const EmbedArgs* rows, int n, cudaStream_t st);
 // h[t] = embedding row of tokens[t] (dequantised exactly as the CPU), t < T.
 cudaError_t embed_rows(const DMat& E, const int* tokens, int T, float* h, cudaStream_t st);
 
@@ -35,6 +42,8 @@ struct ArgmaxArgs {
   int* pos = nullptr;
 };
 cudaError_t argmax_advance(const ArgmaxArgs& a, cudaStream_t st);
+// The same for each row (rows.h), each with its own scratch and counter.
+cudaError_t argmax_advance_rows(const ArgmaxArgs* rows, int n, cudaStream_t st);
 
 // logits[i] = -inf where bit i of words is clear (twin: tern::apply_mask).
 cudaError_t mask_logits(float* logits, const uint32_t* words, int n, cudaStream_t st);

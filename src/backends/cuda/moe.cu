@@ -393,6 +393,46 @@ cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaSt
   return launch_pdl(experts_up_kernel, grid, dim3(kThreads), stage_bytes<4>(u.gate_up.cols), st, u);
 }
 
+cudaError_t route_experts_up_rows(const RouterArgs* r, const ExpertsUpArgs* u, int n,
+                                  cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  bool fed = true;
+  for (int i = 0; i < n; ++i)
+    fed = fed && r[i].fed != nullptr && u[i].gate_up.bits == 4 && fed_routable(r[i], u[i]) &&
+          r[i].spent != nullptr && r[i].spent != r[i].fed &&
+          u[i].gate_up.tiles == u[0].gate_up.tiles;
+  // Unfed (the small test shapes) a launch pair a row.
+  if (!fed) {
+    for (int i = 0; i < n; ++i)
+      if (cudaError_t e = route_experts_up(r[i], u[i], st); e != cudaSuccess) return e;
+    return cudaSuccess;
+  }
+  note_path(KernelPath::route_fed);
+  note_path(KernelPath::up_tile);
+  tile::EachRow<UpJob<true>> jobs;
+  for (int i = 0; i < n; ++i) jobs.row[jobs.n++] = up_job<true>(u[i], r[i]);
+  return tile::launch_batched<1>(jobs, st);
+}
+
+cudaError_t experts_down_rows(const ExpertsDownArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  const ExpertsDownArgs& a = rows[0];
+  const int D = a.down.rows / (a.n_experts + 1);
+  if (a.down.bits != 4 || a.down.tiles == nullptr || !down_tiles(a.down, D, a.top_k)) {
+    for (int i = 0; i < n; ++i)
+      if (cudaError_t e = experts_down(rows[i], st); e != cudaSuccess) return e;
+    return cudaSuccess;
+  }
+  note_path(KernelPath::down_tile);
+  tile::EachRow<DownJob> jobs;
+  for (int i = 0; i < n; ++i) {
+    const ExpertsDownArgs& r = rows[i];
+    if (r.down.tiles != a.down.tiles || r.top_k != a.top_k) return cudaErrorInvalidValue;
+    jobs.row[jobs.n++] = down_job(r);
+  }
+  return tile::launch<3, 1>(jobs, st);
+}
+
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
   const int D = a.down.rows / (a.n_experts + 1);

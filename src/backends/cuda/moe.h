@@ -49,6 +49,10 @@ struct ExpertsUpArgs {
 // tensor-core GEMV; otherwise a router launch (the last block picks) and a
 // gate/up launch.
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st);
+// The same for each row of a step (rows.h): each row's routing and experts as
+// alone, its blocks beside the other rows' in one launch.
+cudaError_t route_experts_up_rows(const RouterArgs* r, const ExpertsUpArgs* u, int n,
+                                  cudaStream_t st);
 // The experts' choice as route_up and the router make it (ids: the top_k of
 // the E <= 1024 logits, ties to the lower index), for its test.
 cudaError_t pick_top_k(const float* logits, int E, int top_k, int* ids, cudaStream_t st);
@@ -66,5 +70,6 @@ struct ExpertsDownArgs {
   L2Ahead ahead = {};  // tensor-core path
 };
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st);
+cudaError_t experts_down_rows(const ExpertsDownArgs* rows, int n, cudaStream_t st);
 
 }  // namespace tern::cuda

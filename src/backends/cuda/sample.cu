@@ -18,6 +18,7 @@
 #include <climits>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/rows.h"
 #include "backends/cuda/sample.h"
 
 namespace tern::cuda {
@@ -142,7 +143,9 @@ __device__ uint32_t kth_best(const State& S, int k) {
   return kth;
 }
 
-__global__ void __launch_bounds__(kThreads) prep_kernel(SampleArgs a) {
+template <typename P>
+__global__ void __launch_bounds__(kThreads) prep_kernel(const __grid_constant__ P p) {
+  const SampleArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   State& S = state(a);
@@ -221,8 +224,9 @@ __device__ bool select_bin(u64* hist, u64 above, Reaches reaches, int& bin, u64&
 // One level of a radix select over the keys: the k-th largest key (kMass
 // false, weight 1 per key) or the top-p key (kMass: weight = mass, over the
 // top-k set without the tokens min-p drops).
-template <bool kMass, int kLevel>
-__global__ void __launch_bounds__(kThreads) radix_kernel(SampleArgs a) {
+template <bool kMass, int kLevel, typename P>
+__global__ void __launch_bounds__(kThreads) radix_kernel(const __grid_constant__ P p) {
+  const SampleArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   State& S = state(a);
@@ -340,7 +344,9 @@ __device__ void choose_gathered(const SampleArgs& a, State& S, int n) {
 
 // The keys at or above prep's bound (tokens in index order within a block,
 // blocks in any order), then, when they fit, the choice from them.
-__global__ void __launch_bounds__(kThreads) gather_kernel(SampleArgs a) {
+template <typename P>
+__global__ void __launch_bounds__(kThreads) gather_kernel(const __grid_constant__ P p) {
+  const SampleArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   State& S = state(a);
@@ -360,7 +366,9 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(SampleArgs a) {
   // Otherwise (many ties at the bound) the radix selects choose.
 }
 
-__global__ void __launch_bounds__(kThreads) draw_kernel(SampleArgs a) {
+template <typename P>
+__global__ void __launch_bounds__(kThreads) draw_kernel(const __grid_constant__ P p) {
+  const SampleArgs& a = args_of(p);
   pdl_launch_dependents();
   pdl_wait();
   State& S = state(a);
@@ -420,22 +428,40 @@ size_t sample_scratch_bytes(int n) {
   return sizeof(State) + size_t(n) * sizeof(uint32_t);
 }
 
-cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st) {
-  if (a.n <= 0 || a.n > kMaxVocab) return cudaErrorInvalidValue;
-  using Kernel = void (*)(SampleArgs);
-  constexpr Kernel kSteps[] = {prep_kernel,
-                               gather_kernel,
-                               radix_kernel<false, 0>,
-                               radix_kernel<false, 1>,
-                               radix_kernel<false, 2>,
-                               radix_kernel<true, 0>,
-                               radix_kernel<true, 1>,
-                               radix_kernel<true, 2>,
-                               draw_kernel};
+namespace {
+
+// The sampler's kernels in order, each launched on grid.z rows of P.
+template <typename P>
+cudaError_t sample_launches(const P& p, unsigned rows, cudaStream_t st) {
+  using Kernel = void (*)(P);
+  constexpr Kernel kSteps[] = {prep_kernel<P>,
+                               gather_kernel<P>,
+                               radix_kernel<false, 0, P>,
+                               radix_kernel<false, 1, P>,
+                               radix_kernel<false, 2, P>,
+                               radix_kernel<true, 0, P>,
+                               radix_kernel<true, 1, P>,
+                               radix_kernel<true, 2, P>,
+                               draw_kernel<P>};
   for (Kernel k : kSteps)
-    if (cudaError_t e = launch_pdl(k, dim3(kBlocks), dim3(kThreads), 0, st, a); e != cudaSuccess)
+    if (cudaError_t e = launch_pdl(k, dim3(kBlocks, 1, rows), dim3(kThreads), 0, st, p);
+        e != cudaSuccess)
       return e;
   return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st) {
+  if (a.n <= 0 || a.n > kMaxVocab) return cudaErrorInvalidValue;
+  return sample_launches(a, 1, st);
+}
+
+cudaError_t sample_advance_rows(const SampleArgs* rows, int n, cudaStream_t st) {
+  if (!rows_fit(n)) return cudaErrorInvalidValue;
+  for (int i = 0; i < n; ++i)
+    if (rows[i].n <= 0 || rows[i].n > kMaxVocab) return cudaErrorInvalidValue;
+  return sample_launches(row_args(rows, n), unsigned(n), st);
 }
 
 cudaError_t empty_kernels(int n, cudaStream_t st) {

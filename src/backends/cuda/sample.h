@@ -30,6 +30,8 @@ struct SampleArgs {
 };
 size_t sample_scratch_bytes(int n);
 cudaError_t sample_advance(const SampleArgs& a, cudaStream_t st);
+// The same for each row (rows.h), each with its own rules, counts and scratch.
+cudaError_t sample_advance_rows(const SampleArgs* rows, int n, cudaStream_t st);
 
 // n empty kernels chained with programmatic dependent launch, as the decode
 // step chains its kernels: tern bench times a graph of them (launch overhead).

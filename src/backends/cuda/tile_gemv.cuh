@@ -46,9 +46,11 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/host_state.h"
+#include "backends/cuda/rows.h"
 #include "backends/cuda/tile_mma.cuh"
 #include "backends/cuda/trace.cuh"
 
@@ -136,7 +138,8 @@ struct Layout {
 // issue-bound (+2.5% at 4K, though ptxas spills 16 bytes in route_up's
 // kernel).
 template <int RPW, int TB, bool kOne, typename Job>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, Job> lay) {
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_kernel(const __grid_constant__ Job job, Layout<TB, Job> lay) {
   extern __shared__ float4 sm4[];
   TERN_TRACE_BEGIN(Job::kEarly    ? TraceKind::gemv_early
                    : Job::kRoutes ? TraceKind::gemv_routed
@@ -270,13 +273,71 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(Job job, Layout<TB, J
   TERN_TRACE_END();
 }
 
+// The rows a launch of Job covers (grid.z): one, or EachRow's.
+template <typename Job>
+unsigned grid_rows(const Job&) {
+  return 1;
+}
+
+// A job of the per-row MoE kernels for each row of a step (rows.h): block
+// (x, 0, z) does a share of row z's tiles, each tile exactly as the job alone
+// does it (a tile's sums do not depend on the block that takes it); the shapes
+// (tiles, rounds, image) are the same in every row. The rows' blocks share
+// the SMs (blocks() below), each streaming its tiles through a wide ring: the
+// rows' expert bytes grow with the rows, so they run at the copy rate rather
+// than in waves of one row's latency.
+template <typename Job>
+struct EachRow {
+  Job row[kMaxRows];
+  int n = 0;
+  static constexpr bool kEarly = Job::kEarly, kRoutes = Job::kRoutes, kNarrow = false;
+  static constexpr int kAlign = Job::kAlign;
+  __device__ const Job& mine() const { return row[blockIdx.z]; }
+  __host__ __device__ int tiles() const { return row[0].tiles(); }
+  __host__ __device__ int rounds() const { return row[0].rounds(); }
+  __host__ __device__ int cols() const { return row[0].cols(); }
+  __host__ __device__ TileImage image() const { return row[0].image(); }
+  __host__ __device__ int pieces() const { return row[0].pieces(); }
+  size_t extra_floats(int blocks) const { return row[0].extra_floats(blocks); }
+  __device__ void before_wait(float* extra, int t0, int t1, Cols mine_cols) const {
+    mine().before_wait(extra, t0, t1, mine_cols);
+  }
+  __device__ void copy(int t, int p, uint8_t* st, uint64_t* bar) const {
+    mine().copy(t, p, st, bar);
+  }
+  __device__ Staged stage(float* sm, float** red, Cols mine_cols) const {
+    return mine().stage(sm, red, mine_cols);
+  }
+  __device__ long long fetch() const { return mine().fetch(); }
+  __device__ void route(long long fed) const { mine().route(fed); }
+  __device__ void settle(float norm) const { mine().settle(norm); }
+  // The rows' tiles are the same: row 0's blocks bring them into L2.
+  __device__ L2Ahead ahead() const { return blockIdx.z == 0 ? mine().ahead() : L2Ahead{}; }
+  __device__ auto preload(int t0, int t1) const { return mine().preload(t0, t1); }
+  template <typename Pre>
+  __device__ void finish(int b0, int t0, int t1, const Sums& s, const Pre& pre) const {
+    mine().finish(b0, t0, t1, s, pre);
+  }
+};
+
+template <typename Job>
+unsigned grid_rows(const EachRow<Job>& j) {
+  return unsigned(j.n);
+}
+
+// A row's blocks: the SMs shared among the rows.
+template <typename Job>
+int blocks(const EachRow<Job>& j) {
+  return std::max(1, std::min(j.tiles() / Job::kAlign, sm_count() / j.n));
+}
+
 template <int RPW, int TB, bool kOne, typename Job>
 cudaError_t launch_as(const Job& job, cudaStream_t st) {
   if (job.rounds() > RPW * kWarps || (kOne && per_block(job) > TB)) return cudaErrorInvalidValue;
   const Layout<TB, Job> lay(job);
   if (lay.stages < std::min(TB, per_block(job))) return cudaErrorInvalidValue;
-  return launch_pdl(&gemv_kernel<RPW, TB, kOne, Job>, dim3(blocks(job)), dim3(kThreads), lay.total,
-                    st, job, lay);
+  return launch_pdl(&gemv_kernel<RPW, TB, kOne, Job>, dim3(blocks(job), 1, grid_rows(job)),
+                    dim3(kThreads), lay.total, st, job, lay);
 }
 
 template <int RPW, int TB, typename Job>
@@ -290,6 +351,166 @@ cudaError_t launch(const Job& job, cudaStream_t st) {
 template <int RPW, typename Job>
 cudaError_t launch_batched(const Job& job, cudaStream_t st) {
   return per_block(job) <= 6 ? launch_as<RPW, 6, true>(job, st) : launch_as<RPW, 3, false>(job, st);
+}
+
+// The dense GEMV over the rows of a step (rows.h): n jobs over one matrix,
+// each with its own input and output. Each tile comes into the ring once and
+// is dotted with every row's staged input, kGroupRows rows a pass over the
+// batch; a row's sums take the same rounds per warp, the same order and the
+// same warp reduction as the job alone (gemv_kernel), so each row's outputs
+// are bit for bit its single-row launch's. The constants before_wait brings
+// (norm weights, a router's columns) are the same in every row: row 0's.
+template <typename Job>
+struct RowJobs {
+  Job row[kMaxRows];
+  int n = 0;
+};
+
+constexpr int kGroupRows = 4;
+
+template <int TB, typename Job>
+struct RowsLayout {
+  size_t extra, ring, bars, stage, stage_stride, red, total;
+  int stages;
+  RowsLayout(const Job& job, int n) {
+    extra = align128(sizeof(float) * job.extra_floats(blocks(job)));
+    stage_stride = align128(stage_bytes(job.cols(), 0));
+    const size_t red_bytes = sizeof(float) * kGroupRows * kWarps * TB * 16;
+    const size_t fixed = extra + 8 * kMaxStages + size_t(n) * stage_stride + red_bytes;
+    // The wide class where a ring of a batch fits beside it, else an SM's all.
+    const size_t tb_ring = size_t(TB) * job.image().bytes();
+    const size_t cap = fixed + tb_ring <= kWideSmem ? kWideSmem : kMaxSmem;
+    const size_t fit = fixed < cap ? (cap - fixed) / job.image().bytes() : 0;
+    stages = int(std::min<size_t>({fit, size_t(per_block(job)), size_t(kMaxStages)}));
+    ring = extra;
+    bars = ring + size_t(stages) * job.image().bytes();
+    stage = bars + 8 * kMaxStages;
+    red = stage + size_t(n) * stage_stride;
+    total = std::max(red + red_bytes, kWideSmem);
+  }
+};
+
+// Row r's staged view: stage() laid out the same way `stride` bytes further.
+__device__ __forceinline__ Staged staged_row(const Staged& s0, size_t stride, int r) {
+  const size_t off = size_t(r) * stride;
+  auto move = [&](const auto* p) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    return p == nullptr ? p : reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(p) + off);
+  };
+  return {move(s0.part), move(s0.xsum), move(s0.scale), s0.K, move(s0.wsq), s0.eps};
+}
+
+template <int RPW, int TB, typename Job>
+__global__ void __launch_bounds__(kThreads, 2)
+    rows_kernel(const __grid_constant__ RowJobs<Job> jobs, RowsLayout<TB, Job> lay) {
+  static_assert(Job::kEarly && !Job::kRoutes && Job::kAlign == 1 && !Job::kNarrow);
+  extern __shared__ float4 sm4[];
+  pdl_launch_dependents();
+  const Job& job = jobs.row[0];
+  const int n = jobs.n, tiles = job.tiles(), rounds = job.rounds(), S = lay.stages;
+  const int blk = int(blockIdx.x), grid = int(gridDim.x);
+  const int t0 = split_at(blk, tiles, grid), t1 = split_at(blk + 1, tiles, grid);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  uint8_t* const base = reinterpret_cast<uint8_t*>(sm4);
+  uint8_t* const ring = base + lay.ring;
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(base + lay.bars);
+  float* const red = reinterpret_cast<float*>(base + lay.red);
+  const TileImage img = job.image();
+  auto stage_at = [&](int slot) { return ring + size_t(slot) * img.bytes(); };
+  auto issue = [&](int t) {
+    const int slot = (t - t0) % S;
+    mbar_arrive_expect(bars + slot, img.bytes());
+    job.copy(t, 0, stage_at(slot), bars + slot);
+  };
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(bars + i);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int all = min(t1 - t0, S);
+  if (warp == 0)
+    for (int t = t0 + lane; t < t0 + all; t += 32) issue(t);
+  const Cols mine = warp_cols<RPW>(rounds);
+  job.before_wait(reinterpret_cast<float*>(base), t0, t1, mine);
+  pdl_wait();
+  float* unused = nullptr;
+  Staged xs0{};
+  // A row at a time, the next row's words on their way into L1 meanwhile.
+  for (int r = 0; r < n; ++r) {
+    if (r + 1 < n) jobs.row[r + 1].prefetch(mine);
+    const Staged xs = jobs.row[r].stage(
+        reinterpret_cast<float*>(base + lay.stage + size_t(r) * lay.stage_stride), &unused, mine);
+    if (r == 0) xs0 = xs;
+  }
+  const int warps = min(kWarps, (rounds + RPW - 1) / RPW);
+  int slot0 = 0;
+  uint32_t phase0 = 0;
+  for (int b0 = t0; b0 < t1; b0 += TB) {
+    for (int r0 = 0; r0 < n; r0 += kGroupRows) {
+      float acc[TB][kGroupRows][2] = {};
+#pragma unroll
+      for (int j = 0; j < RPW; ++j)
+        if (warp * RPW + j < rounds) {
+          const int rd = warp * RPW + j;
+#pragma unroll
+          for (int tt = 0; tt < TB; ++tt)
+            if (b0 + tt < t1) {
+              // TB <= S: the batch wraps round the ring at most once.
+              const bool wrap = slot0 + tt >= S;
+              const int slot = wrap ? slot0 + tt - S : slot0 + tt;
+              mbar_wait(bars + slot, (phase0 + wrap) & 1u);
+              const Load l = img.read(stage_at(slot), rd);
+#pragma unroll
+              for (int k = 0; k < kGroupRows; ++k)
+                if (r0 + k < n) {
+                  const Fragment f = fragment(staged_row(xs0, lay.stage_stride, r0 + k), 4 * rd);
+                  round_dot(l, f, acc[tt][k][0], acc[tt][k][1]);
+                }
+            }
+        }
+#pragma unroll
+      for (int k = 0; k < kGroupRows; ++k)
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt) {
+          const float v0 = quad_sum(acc[tt][k][0]), v8 = quad_sum(acc[tt][k][1]);
+          float* rd = red + (k * kWarps + warp) * TB * 16 + tt * 16;
+          if ((lane & 3) == 0) rd[g] = v0, rd[g + 8] = v8;
+        }
+      // What the epilogues read from earlier kernels, before any of them writes.
+      decltype(job.preload(t0, t1)) pre[kGroupRows];
+#pragma unroll
+      for (int k = 0; k < kGroupRows; ++k)
+        if (r0 + k < n) pre[k] = jobs.row[r0 + k].preload(t0, t1);
+      __syncthreads();
+      if (r0 + kGroupRows >= n) {
+        // Every warp is past the batch's stages: refill them.
+        if (warp == kWarps - 1)
+          for (int tt = lane; tt < TB && b0 + tt + S < t1; tt += 32) issue(b0 + tt + S);
+      }
+#pragma unroll
+      for (int k = 0; k < kGroupRows; ++k)
+        if (r0 + k < n) {
+          const Staged xs = staged_row(xs0, lay.stage_stride, r0 + k);
+          const Sums s{red + k * kWarps * TB * 16, TB * 16, warps, xs.norm()};
+          jobs.row[r0 + k].finish(b0, t0, t1, s, pre[k]);
+        }
+      __syncthreads();  // red is the next group's
+    }
+    slot0 += TB;
+    if (slot0 >= S) slot0 -= S, phase0 ^= 1u;
+  }
+}
+
+template <int RPW, int TB, typename Job>
+cudaError_t launch_rows(const RowJobs<Job>& jobs, cudaStream_t st) {
+  const Job& job = jobs.row[0];
+  if (jobs.n < 1 || jobs.n > kMaxRows || job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
+  const RowsLayout<TB, Job> lay(job, jobs.n);
+  if (lay.stages < std::min(TB, per_block(job)) ||
+      lay.red + sizeof(float) * kGroupRows * kWarps * TB * 16 > kMaxSmem)
+    return cudaErrorInvalidValue;
+  return launch_pdl(&rows_kernel<RPW, TB, Job>, dim3(blocks(job)), dim3(kThreads), lay.total, st,
+                    jobs, lay);
 }
 
 }  // namespace tern::cuda::tile

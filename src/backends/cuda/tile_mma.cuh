@@ -128,6 +128,15 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, Cols c)
   }
 }
 
+// Brings the words of x (and of the gate, when there is one) that stage()
+// will read for this lane into L1: the next row's while a row is staged.
+__device__ __forceinline__ void stage_prefetch(const float* x, const float* gate, Cols mine) {
+  for (int v = mine.c0 / 8 + int(threadIdx.x & 31); v < mine.c1 / 8; v += 32) {
+    prefetch_l1(x + 8 * v);
+    if (gate != nullptr) prefetch_l1(gate + 8 * v);
+  }
+}
+
 // What stage() does to x before splitting it, fixed at compile time so each
 // kernel's staging is straight-line code (no runtime branches or generic
 // loads: the kernels are issue-bound):
