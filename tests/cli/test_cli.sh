@@ -104,6 +104,7 @@ expect_error "empty config" "missing field 'hidden_size'" "$TERN" run --model "$
 head -c 1000 "$W/tiny/model.safetensors" >"$W/broken/model.safetensors" && cp "$W/tiny/config.json" "$W/broken/"
 expect_error "truncated weights" "model.safetensors" "$TERN" run --model "$W/broken" --prompt-ids 1
 expect_error "unknown kernel to leave out" "unknown step kernel 'bogus'" "$TERN" bench --dummy tiny --leave-out lm_head,bogus
+expect_error "leave-out off the GPU" "--leave-out is for the CUDA backend" "$TERN" bench --model "$W/tiny" --backend cpu --concurrency 1 --decode 8 --leave-out lm_head
 expect_error "convert of 4-bit" "reads Hugging Face bf16" "$TERN" convert --in "$W/tiny" --out "$W/c"
 expect_error "bad context length" "--decode: 'x' is not a positive context length" "$TERN" bench --dummy tiny --decode 4096,x
 # Exit 105: CLI11's own validation, which refuses the flag before anything runs.

@@ -4,8 +4,9 @@
 // sequence's StepScalars on the device; the step ends with the token choice
 // (arg-max, or the sampler with its parameters and token counts on the
 // device), which writes the next step's input, so generation needs no host
-// round trip but the streamed copy of each id (CudaBackend::generate).
-// docs/kernels/cuda-decode.md.
+// round trip but the streamed copy of each id (CudaBackend::generate). Several
+// sequences a step share one graph, each launch covering all of them
+// (enqueue_rows). docs/kernels/cuda-decode.md.
 #pragma once
 
 #include <cuda_runtime_api.h>

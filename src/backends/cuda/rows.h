@@ -16,7 +16,6 @@ constexpr int kMaxRows = 8;
 template <typename A>
 struct RowArgs {
   A row[kMaxRows];
-  int n = 0;
 };
 
 // The launchers take n rows' arguments at `rows` (the .cu files are C++17).
@@ -24,7 +23,6 @@ template <typename A>
 RowArgs<A> row_args(const A* rows, int n) {
   RowArgs<A> r{};
   for (int i = 0; i < n && i < kMaxRows; ++i) r.row[i] = rows[i];
-  r.n = n;
   return r;
 }
 
