@@ -286,6 +286,13 @@ int run_cpu_bench(const BenchOptions& o, const Lengths& lengths) {
 }
 
 #ifdef TERN_HAVE_CUDA
+// The line that says the step's timing lacks the --leave-out kernels.
+void print_left_out(const BenchOptions& o) {
+  if (!o.leave_out.empty())
+    fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
+               fmt::join(o.leave_out, ","));
+}
+
 // One line per traced block (cuda::TraceRecord).
 void write_trace(const std::string& path, const std::vector<cuda::TraceRecord>& recs) {
   std::ofstream f(path);
@@ -356,9 +363,7 @@ int run_cuda_bench(const BenchOptions& o, const Lengths& l) {
       "copy bandwidth %.0f GB/s; weights read per token %.1f MB; device memory in use %.2f GB\n",
       copy_bw / 1e9, weights / 1e6, double(cuda::device_memory_used()) / 1e9);
   std::printf("token choice: %s\n", choice.c_str());
-  if (!o.leave_out.empty())
-    fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
-               fmt::join(o.leave_out, ","));
+  print_left_out(o);
   nlohmann::json rows = nlohmann::json::array();
   std::vector<PlotPoint> points;
   if (!l.decode.empty()) print_decode_header();
@@ -448,8 +453,7 @@ int run_concurrency(const BenchOptions& o, const Lengths& l) {
     auto* gpu = dynamic_cast<cuda::CudaBackend*>(be.get());
     if (gpu == nullptr) fail("tern bench: --leave-out is for the CUDA backend");
     cuda::CudaBench(*gpu).leave_out({o.leave_out.begin(), o.leave_out.end()});
-    fmt::print("left out of the step (timing only, the tokens are not the model's): {}\n",
-               fmt::join(o.leave_out, ","));
+    print_left_out(o);
 #else
     fail("tern bench: --leave-out is for the CUDA backend");
 #endif

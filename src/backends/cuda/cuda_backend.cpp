@@ -332,9 +332,9 @@ void CudaBackend::step_wave(std::span<StepRow> rows) {
     auto& s = dynamic_cast<CudaSequence&>(*rows[j].seq);
     reserve(s, s.length() + 1);
     const StepChoice choice = rows[j].hooks->constraint ? StepChoice::none : s.choice();
-    on.push_back({&s, lanes_[j]->step.get(), choice});
-    key.insert(key.end(), {s.buffers, uint64_t(attn_splits(s.length() + 1, w_->cfg.n_kv_heads)),
-                           uint64_t(choice)});
+    const int splits = attn_splits(s.length() + 1, w_->cfg.n_kv_heads);
+    on.push_back({&s, lanes_[j]->step.get(), choice, splits});
+    key.insert(key.end(), {s.buffers, uint64_t(splits), uint64_t(choice)});
   }
   for (size_t j = 0; j < rows.size(); ++j) {
     Lane& lane = *lanes_[j];

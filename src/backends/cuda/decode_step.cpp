@@ -191,9 +191,7 @@ void DecodeStep::enqueue(CudaSequence& s, StepChoice choice, int splits) {
 
 void DecodeStep::enqueue_rows(std::span<const StepRowOn> rows, cudaStream_t st) {
   std::vector<std::vector<StepLaunch>> plans;
-  for (const StepRowOn& r : rows)
-    plans.push_back(
-        r.lane->plan(*r.seq, attn_splits(r.seq->length() + 1, r.lane->w_.cfg.n_kv_heads)));
+  for (const StepRowOn& r : rows) plans.push_back(r.lane->plan(*r.seq, r.splits));
   for (const auto& p : plans)
     if (p.size() != plans[0].size()) fail("the rows' steps differ in their launches");
   for (size_t k = 0; k < plans[0].size(); ++k) {

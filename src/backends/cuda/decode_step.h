@@ -41,11 +41,12 @@ struct StepLaunch {
 };
 
 // A row of a step over several sequences: the sequence, the lane whose
-// scratch it computes in, and how its step ends.
+// scratch it computes in, how its step ends and its attention split tier.
 struct StepRowOn {
   CudaSequence* seq;
   const class DecodeStep* lane;
   StepChoice choice;
+  int splits;
 };
 
 // Captures what `enqueue` launches on st into exec: updated in place when

@@ -311,10 +311,10 @@ bool gemv_takes(const GemvArgs& a) {
 template <tile::Prep P, Fin F>
 cudaError_t launch_rows(const GemvArgs* rows, int n, cudaStream_t st) {
   using Job = DenseJob<P, F, true>;
-  tile::RowJobs<Job> jobs;
-  for (int i = 0; i < n; ++i) jobs.row[jobs.n++] = Job{rows[i]};
-  return jobs.row[0].rounds() > tile::kWarps ? tile::launch_rows<2, 2>(jobs, st)
-                                             : tile::launch_rows<1, 2>(jobs, st);
+  RowArgs<Job> jobs;
+  for (int i = 0; i < n; ++i) jobs.row[i] = Job{rows[i]};
+  return jobs.row[0].rounds() > tile::kWarps ? tile::launch_rows<2, 2>(jobs, n, st)
+                                             : tile::launch_rows<1, 2>(jobs, n, st);
 }
 
 template <tile::Prep P>

@@ -334,6 +334,17 @@ bool fed_routable(const RouterArgs& r, const ExpertsUpArgs& u) {
          r.top_k <= kMaxTopK && up_tiled(u);
 }
 
+// Whether route_up takes r's fed logits in one launch (else r is invalid).
+bool fed_launch(const RouterArgs& r, const ExpertsUpArgs& u) {
+  return fed_routable(r, u) && r.spent != nullptr && r.spent != r.fed;
+}
+
+// Whether down takes a on tensor cores.
+bool down_tiled(const ExpertsDownArgs& a) {
+  const int D = a.down.rows / (a.n_experts + 1);
+  return a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k);
+}
+
 // The choice alone, for its test: one warp, the logits through shared memory
 // as route_up and the router read them, picked as they pick (the router with
 // 32 keys a lane).
@@ -375,7 +386,7 @@ bool router_fed(const DMat& producer, const RouterArgs& r, const ExpertsUpArgs& 
 cudaError_t route_experts_up(const RouterArgs& r, const ExpertsUpArgs& u, cudaStream_t st) {
   if (u.gate_up.bits != 4) return cudaErrorInvalidValue;
   if (r.fed != nullptr) {
-    if (!fed_routable(r, u) || r.spent == nullptr || r.spent == r.fed) return cudaErrorInvalidValue;
+    if (!fed_launch(r, u)) return cudaErrorInvalidValue;
     note_path(KernelPath::route_fed);
     note_path(KernelPath::up_tile);
     return tile::launch_batched<1>(up_job<true>(u, r), st);
@@ -398,8 +409,7 @@ cudaError_t route_experts_up_rows(const RouterArgs* r, const ExpertsUpArgs* u, i
   if (!rows_fit(n)) return cudaErrorInvalidValue;
   bool fed = true;
   for (int i = 0; i < n; ++i)
-    fed = fed && r[i].fed != nullptr && u[i].gate_up.bits == 4 && fed_routable(r[i], u[i]) &&
-          r[i].spent != nullptr && r[i].spent != r[i].fed &&
+    fed = fed && r[i].fed != nullptr && u[i].gate_up.bits == 4 && fed_launch(r[i], u[i]) &&
           u[i].gate_up.tiles == u[0].gate_up.tiles;
   // Unfed (the small test shapes) a launch pair a row.
   if (!fed) {
@@ -417,8 +427,7 @@ cudaError_t route_experts_up_rows(const RouterArgs* r, const ExpertsUpArgs* u, i
 cudaError_t experts_down_rows(const ExpertsDownArgs* rows, int n, cudaStream_t st) {
   if (!rows_fit(n)) return cudaErrorInvalidValue;
   const ExpertsDownArgs& a = rows[0];
-  const int D = a.down.rows / (a.n_experts + 1);
-  if (a.down.bits != 4 || a.down.tiles == nullptr || !down_tiles(a.down, D, a.top_k)) {
+  if (a.down.bits != 4 || !down_tiled(a)) {
     for (int i = 0; i < n; ++i)
       if (cudaError_t e = experts_down(rows[i], st); e != cudaSuccess) return e;
     return cudaSuccess;
@@ -435,13 +444,13 @@ cudaError_t experts_down_rows(const ExpertsDownArgs* rows, int n, cudaStream_t s
 
 cudaError_t experts_down(const ExpertsDownArgs& a, cudaStream_t st) {
   if (a.down.bits != 4) return cudaErrorInvalidValue;
-  const int D = a.down.rows / (a.n_experts + 1);
-  if (a.down.tiles != nullptr && down_tiles(a.down, D, a.top_k)) {
+  if (down_tiled(a)) {
     note_path(KernelPath::down_tile);
     return tile::launch<3, 1>(down_job(a), st);
   }
   if (a.down.w == nullptr) return cudaErrorInvalidValue;
   note_path(KernelPath::down_simt);
+  const int D = a.down.rows / (a.n_experts + 1);
   const int rpb = rows_per_block(a.down.cols / Chunk<4>::kCodes);
   return launch_pdl(experts_down_kernel, dim3((D + rpb - 1) / rpb), dim3(kThreads),
                     stage_bytes<4>(a.down.cols * (a.top_k + 1)), st, a);

@@ -360,19 +360,14 @@ cudaError_t launch_batched(const Job& job, cudaStream_t st) {
 // same warp reduction as the job alone (gemv_kernel), so each row's outputs
 // are bit for bit its single-row launch's. The constants before_wait brings
 // (norm weights, a router's columns) are the same in every row: row 0's.
-template <typename Job>
-struct RowJobs {
-  Job row[kMaxRows];
-  int n = 0;
-};
-
 constexpr int kGroupRows = 4;
 
+// The shared memory of n rows' launch (and n itself).
 template <int TB, typename Job>
 struct RowsLayout {
   size_t extra, ring, bars, stage, stage_stride, red, total;
-  int stages;
-  RowsLayout(const Job& job, int n) {
+  int stages, n;
+  RowsLayout(const Job& job, int rows) : n(rows) {
     extra = align128(sizeof(float) * job.extra_floats(blocks(job)));
     stage_stride = align128(stage_bytes(job.cols(), 0));
     const size_t red_bytes = sizeof(float) * kGroupRows * kWarps * TB * 16;
@@ -402,12 +397,12 @@ __device__ __forceinline__ Staged staged_row(const Staged& s0, size_t stride, in
 
 template <int RPW, int TB, typename Job>
 __global__ void __launch_bounds__(kThreads, 2)
-    rows_kernel(const __grid_constant__ RowJobs<Job> jobs, RowsLayout<TB, Job> lay) {
+    rows_kernel(const __grid_constant__ RowArgs<Job> jobs, RowsLayout<TB, Job> lay) {
   static_assert(Job::kEarly && !Job::kRoutes && Job::kAlign == 1 && !Job::kNarrow);
   extern __shared__ float4 sm4[];
   pdl_launch_dependents();
   const Job& job = jobs.row[0];
-  const int n = jobs.n, tiles = job.tiles(), rounds = job.rounds(), S = lay.stages;
+  const int n = lay.n, tiles = job.tiles(), rounds = job.rounds(), S = lay.stages;
   const int blk = int(blockIdx.x), grid = int(gridDim.x);
   const int t0 = split_at(blk, tiles, grid), t1 = split_at(blk + 1, tiles, grid);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -502,12 +497,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 template <int RPW, int TB, typename Job>
-cudaError_t launch_rows(const RowJobs<Job>& jobs, cudaStream_t st) {
+cudaError_t launch_rows(const RowArgs<Job>& jobs, int n, cudaStream_t st) {
   const Job& job = jobs.row[0];
-  if (jobs.n < 1 || jobs.n > kMaxRows || job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
-  const RowsLayout<TB, Job> lay(job, jobs.n);
-  if (lay.stages < std::min(TB, per_block(job)) ||
-      lay.red + sizeof(float) * kGroupRows * kWarps * TB * 16 > kMaxSmem)
+  if (!rows_fit(n) || job.rounds() > RPW * kWarps) return cudaErrorInvalidValue;
+  const RowsLayout<TB, Job> lay(job, n);
+  if (lay.stages < std::min(TB, per_block(job)) || lay.total > kMaxSmem)
     return cudaErrorInvalidValue;
   return launch_pdl(&rows_kernel<RPW, TB, Job>, dim3(blocks(job)), dim3(kThreads), lay.total, st,
                     jobs, lay);
